@@ -1,0 +1,207 @@
+// gpipe-train: trains the model of a YAML input deck with GPipe pipeline
+// parallelism, one cell per MPI rank. See `gpipe-train --help` and README.md.
+
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fmt/format.h>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "gpipe/config.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/runtime.hpp"
+#include "gpipe/io/dataset.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/train/trainer.hpp"
+
+namespace {
+
+constexpr int kExitInputError = 2;
+constexpr int kExitRuntimeError = 1;
+
+struct Options {
+  std::string deck;
+  std::vector<std::string> sets;
+  std::string summary;
+};
+
+// Writes `text` to `path` atomically: a temporary file, then rename().
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw gpipe::InputError(fmt::format("{}: cannot write the run summary", path));
+    out << text;
+    if (!out.flush()) throw gpipe::InputError(fmt::format("{}: writing the run summary failed", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw gpipe::InputError(fmt::format("{}: cannot rename {} into place", path, tmp));
+}
+
+// True on every rank if any rank reports failure (so no rank waits forever
+// in a collective that a failed rank never enters).
+bool any_rank_failed(bool failed, MPI_Comm comm) {
+  int local = failed ? 1 : 0, global = 0;
+  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm);
+  return global != 0;
+}
+
+template <class T>
+int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
+  const bool root = rank == 0;
+  const bool first = rank == 0, last = rank == ranks - 1;
+  std::unique_ptr<gpipe::Trainer<T>> trainer;
+  gpipe::Dataset train_set, test_set;
+  std::string error;
+  try {
+    trainer = std::make_unique<gpipe::Trainer<T>>(deck, MPI_COMM_WORLD);
+    gpipe::Normalization norm;
+    norm.mode = deck.data.normalize;
+    train_set = gpipe::load_idx_dataset(deck.data.train_images, deck.data.train_labels,
+                                        deck.data.train_limit, norm, true, first);
+    test_set = gpipe::load_idx_dataset(deck.data.test_images, deck.data.test_labels,
+                                       deck.data.test_limit, norm, false, first);
+    if (last) {
+      gpipe::check_labels(train_set, deck.model.classes());
+      gpipe::check_labels(test_set, deck.model.classes());
+    }
+    if (train_set.samples < deck.training.batch_size)
+      throw gpipe::InputError(fmt::format("{}: {} training samples, fewer than training.batch_size = {}",
+                                          deck.data.train_images, train_set.samples,
+                                          deck.training.batch_size));
+  } catch (const gpipe::InputError& e) {
+    error = e.what();
+  }
+  if (any_rank_failed(!error.empty(), MPI_COMM_WORLD)) {
+    if (!error.empty()) std::cerr << "gpipe-train: error: " << error << "\n";
+    return kExitInputError;
+  }
+
+  const auto& p = trainer->partition();
+  const int M = deck.training.micro_batches;
+  const auto bytes = trainer->gather_activation_bytes();
+  if (root) {
+    fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
+               "micro-batches, re-materialization {}\n",
+               ranks, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
+               gpipe::to_string(deck.pipeline.remat));
+    const auto costs = p.cell_costs(trainer->costs());
+    for (int k = 0; k < ranks; ++k) {
+      const int first_layer = p.first_layer(k);
+      fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
+                 first_layer, first_layer + p.counts[size_t(k)] - 1, p.counts[size_t(k)],
+                 costs[size_t(k)], deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance,
+                 double(bytes[size_t(k)]) / (1 << 20));
+    }
+    fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
+               p.imbalance(trainer->costs()), gpipe::bubble_fraction(ranks, M));
+    fmt::print("  train {} samples ({}), test {} samples\n", train_set.samples,
+               deck.data.train_images, test_set.samples);
+    if (M < 4 * ranks)
+      spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
+                   "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
+                   M, ranks, gpipe::bubble_fraction(ranks, M));
+  }
+
+  const double start = MPI_Wtime();
+  const auto reports = trainer->fit(train_set, test_set, root ? &std::cout : nullptr);
+  const double seconds = MPI_Wtime() - start;
+
+  if (root && !options.summary.empty()) {
+    nlohmann::json j;
+    const auto& r = reports.back();
+    j["version"] = GPIPE_VERSION_STRING;
+    j["deck"] = deck.path;
+    j["ranks"] = ranks;
+    j["precision"] = deck.precision;
+    j["epochs"] = deck.training.epochs;
+    j["batch_size"] = deck.training.batch_size;
+    j["micro_batches"] = M;
+    j["remat"] = gpipe::to_string(deck.pipeline.remat);
+    j["partition"] = p.counts;
+    j["imbalance"] = p.imbalance(trainer->costs());
+    j["bubble_fraction_analytical"] = gpipe::bubble_fraction(ranks, M);
+    j["activation_bytes_per_cell"] = bytes;
+    j["test_accuracy"] = r.test.accuracy;
+    j["test_loss"] = r.test.loss;
+    j["train_loss"] = r.train_loss;
+    double train_seconds = 0, samples = 0;
+    for (const auto& e : reports) {
+      train_seconds += e.seconds;
+      samples += e.samples_per_second * e.seconds;
+      j["history"].push_back({{"epoch", e.epoch},
+                              {"train_loss", e.train_loss},
+                              {"test_loss", e.test.loss},
+                              {"test_accuracy", e.test.accuracy},
+                              {"seconds", e.seconds},
+                              {"samples_per_second", e.samples_per_second}});
+    }
+    j["samples_per_second"] = samples / train_seconds;
+    j["wall_seconds"] = seconds;
+    write_atomically(options.summary, j.dump(2) + "\n");
+    fmt::print("summary written to {}\n", options.summary);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpipe::Runtime runtime(argc, argv);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  spdlog::set_pattern("gpipe-train: %l: %v");
+
+  CLI::App app{
+      "Train a neural network with GPipe pipeline parallelism: the model of DECK is split into "
+      "one cell per MPI rank; each mini-batch streams through the cells as micro-batches.\n\n"
+      "  mpirun -n 2 gpipe-train inputs/fashion_mnist_mlp.yaml\n"
+      "  gpipe-train deck.yaml --set training.epochs=1 --set optimizer.lr=3e-4 --summary run.json\n\n"
+      "The deck format is documented in docs/input-deck.md. Kokkos options (--kokkos-...) are "
+      "accepted too.",
+      "gpipe-train"};
+  Options options;
+  app.add_option("deck", options.deck, "YAML input deck (model, data, training, optimizer, pipeline)")
+      ->required();
+  app.add_option("--set", options.sets,
+                 "Override a deck value, KEY=VALUE with KEY a dotted path (e.g. training.epochs=2, "
+                 "pipeline.remat=always); repeatable")
+      ->type_name("KEY=VALUE");
+  app.add_option("--summary", options.summary,
+                 "Write a JSON run summary (test_accuracy, train_loss, samples_per_second, epochs, "
+                 "ranks, partition, ...) to this path when training completes");
+  app.set_version_flag("--version", [] { return gpipe::build_description(); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
+  }
+
+  gpipe::Deck deck;
+  std::string error;
+  try {
+    deck = gpipe::load_deck(options.deck, options.sets);
+  } catch (const gpipe::InputError& e) {
+    error = e.what();
+  }
+  if (any_rank_failed(!error.empty(), MPI_COMM_WORLD)) {
+    if (rank == 0) std::cerr << "gpipe-train: error: " << error << "\n";
+    return kExitInputError;
+  }
+  try {
+    return deck.precision == "double" ? train<double>(deck, options, rank, ranks)
+                                      : train<float>(deck, options, rank, ranks);
+  } catch (const gpipe::InputError& e) {
+    std::cerr << "gpipe-train: error (rank " << rank << "): " << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
+  } catch (const std::exception& e) {
+    std::cerr << "gpipe-train: error (rank " << rank << "): " << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, kExitRuntimeError);
+  }
+  return kExitRuntimeError;
+}

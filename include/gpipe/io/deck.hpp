@@ -1,0 +1,62 @@
+#pragma once
+// The YAML input deck of gpipe-train. Format: docs/input-deck.md.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpipe/layers/factory.hpp"
+#include "gpipe/optim/optimizer.hpp"
+#include "gpipe/pipeline/schedule.hpp"
+
+namespace gpipe {
+
+struct DataSpec {
+  std::string format = "idx";
+  std::string train_images, train_labels, test_images, test_labels;
+  std::string normalize = "standardize";  ///< none | scale | standardize
+  std::int64_t train_limit = 0;           ///< use only the first N training samples (0 = all)
+  std::int64_t test_limit = 0;            ///< use only the first N test samples (0 = all)
+};
+
+struct TrainingSpec {
+  std::int64_t epochs = 1;
+  std::int64_t batch_size = 128;   ///< mini-batch size N
+  int micro_batches = 1;           ///< M
+  bool shuffle = true;
+  std::int64_t progress_every = 50;  ///< steps between progress lines (0 = none)
+};
+
+struct PipelineSpec {
+  std::string balance = "params";   ///< params | flops | time | explicit
+  std::vector<int> counts;          ///< explicit: layers per cell
+  Remat remat = Remat::Never;
+};
+
+struct Deck {
+  std::string path;                 ///< file the deck came from
+  std::string text;                 ///< the deck after --set overrides, as YAML
+  std::uint64_t seed = 0;
+  std::string precision = "float";  ///< float | double
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  OptimizerSpec optimizer;
+  PipelineSpec pipeline;
+};
+
+/// Reads and validates the deck at `path`, applying `overrides`
+/// ("key=value", key a dotted path such as optimizer.lr; value parsed as
+/// YAML). Throws InputError with "path:line:column: field: problem" for YAML
+/// syntax errors, unknown or missing keys, wrong types and invalid values,
+/// and for an unknown --set key.
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// As load_deck, from YAML text; `name` stands for the file in messages.
+Deck parse_deck(const std::string& text, const std::string& name,
+                const std::vector<std::string>& overrides = {});
+
+/// Keys accepted by --set (dotted paths).
+const std::vector<std::string>& settable_keys();
+
+}  // namespace gpipe

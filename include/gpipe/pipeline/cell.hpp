@@ -1,0 +1,110 @@
+#pragma once
+// A cell (pipeline stage): a contiguous run of a model's layers on one MPI
+// rank, with the buffers and the generic runner that executes a Schedule.
+
+#include <memory>
+#include <vector>
+
+#include "gpipe/layers/factory.hpp"
+#include "gpipe/layers/softmax_cross_entropy.hpp"
+#include "gpipe/model/partition.hpp"
+#include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/pipeline/schedule.hpp"
+#include "gpipe/pipeline/transport.hpp"
+
+namespace gpipe {
+
+struct CellOptions {
+  std::int64_t max_batch = 1;  ///< largest mini-batch N any step will see
+  int micro_batches = 1;       ///< M
+  Remat remat = Remat::Never;
+  std::uint64_t seed = 0;      ///< initialization and Dropout seed
+};
+
+/// Cell `comm.rank()` of a `comm.size()`-cell pipeline over `model`,
+/// holding layers [partition.first_layer(rank), +partition.counts[rank]).
+///
+/// Data flow: the first cell reads micro-batches from the mini-batch inputs
+/// the caller passes; the last cell reads the labels the caller passes and
+/// computes the loss; other cells ignore those arguments (pass empty Views).
+/// Boundary activations go forward and their gradients backward with
+/// MPI_Isend/MPI_Irecv; all receives of a step are posted at its start.
+///
+/// All buffers are allocated in the constructor for micro-batches of up to
+/// ceil(max_batch / M) rows; a step allocates nothing.
+template <class T>
+class Cell {
+ public:
+  Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
+       const CellOptions& options);
+
+  /// One fill-drain training step on a mini-batch of n <= max_batch samples.
+  /// inputs: (n, model.input_features) on the first cell; labels: (n) on the
+  /// last. Adds dL/dparameters, with L the mean loss over the n samples, to
+  /// gradients() (call zero_gradients() first). step keys Dropout.
+  /// Returns the loss sums on the last cell, zeros elsewhere.
+  LossSums train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
+                      std::uint64_t step);
+
+  /// Forward-only pass (Dropout off) through the pipeline; loss sums and
+  /// correct predictions on the last cell, zeros elsewhere.
+  LossSums evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n);
+
+  void zero_gradients();
+  /// This cell's parameters and gradients: one flat buffer each, the layers'
+  /// tensors concatenated in layer order, each in its parameter_specs() order.
+  Vector<T> parameters() const { return params_; }
+  Vector<T> gradients() const { return grads_; }
+  const std::vector<std::unique_ptr<Layer<T>>>& layers() const { return layers_; }
+
+  int rank() const { return comm_.rank(); }
+  int cells() const { return comm_.size(); }
+  bool is_first() const { return rank() == 0; }
+  bool is_last() const { return rank() == cells() - 1; }
+  MPI_Comm comm() const { return comm_.get(); }
+  int first_layer() const { return first_layer_; }
+
+  /// Bytes of activation storage this cell keeps across a step: micro-batch
+  /// inputs, kept layer outputs, the re-materialization scratch, and the
+  /// cell-output buffers (see docs/design.md, "Activation memory").
+  std::int64_t activation_bytes() const { return activation_bytes_; }
+
+ private:
+  LossSums run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
+               std::int64_t n, std::uint64_t step, bool training);
+  void forward(int m, bool keep, bool training, LossSums& sums);
+  void backward(int m);
+  ConstMatrix<T> layer_input(int m, int layer) const;
+  Matrix<T> layer_output(int m, int layer) const;
+
+  Communicator comm_;
+  CellOptions options_;
+  Schedule train_schedule_;
+  int first_layer_ = 0;
+  std::vector<std::unique_ptr<Layer<T>>> layers_;
+  Vector<T> params_, grads_;
+  std::int64_t capacity_ = 0;  // rows per micro-batch buffer
+  std::int64_t in_features_ = 0, out_features_ = 0;
+
+  std::vector<BoundaryBuffer<T>> inputs_;       // [m] received inputs (not on the first cell)
+  std::vector<BoundaryBuffer<T>> outputs_;      // [m] cell outputs to send (not on the last cell)
+  std::vector<BoundaryBuffer<T>> output_grads_; // [m] received dL/doutput (not on the last cell)
+  std::vector<BoundaryBuffer<T>> input_grads_;  // [m] dL/dinput to send (not on the first cell)
+  std::vector<std::vector<Matrix<T>>> kept_;    // [m][l] outputs of layers 0..L_k-2, if kept
+  std::vector<Matrix<T>> scratch_;              // [l] outputs for re-materialized micro-batches
+  Matrix<T> logits_;                            // last cell: (capacity, classes)
+  std::vector<Matrix<T>> logit_grads_;          // last cell: [m] dL/dlogits
+  Vector<T> grad_ping_, grad_pong_;             // backward temporaries
+  SoftmaxCrossEntropy<T> loss_;
+  std::int64_t activation_bytes_ = 0;
+
+  // Per-step state.
+  std::vector<MicroBatch> split_;
+  std::vector<bool> kept_now_;
+  ConstMatrix<T> batch_inputs_;
+  ConstLabelVector batch_labels_;
+  std::int64_t batch_size_ = 0;
+  std::uint64_t step_ = 0;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,23 @@
+#pragma once
+// Splitting a mini-batch into micro-batches (GPipe sec. 2.2).
+
+#include <cstdint>
+#include <vector>
+
+namespace gpipe {
+
+/// Rows [offset, offset + size) of a mini-batch.
+struct MicroBatch {
+  std::int64_t offset = 0;
+  std::int64_t size = 0;
+};
+
+/// Splits `batch` samples into `micro_batches` contiguous micro-batches whose
+/// sizes differ by at most one (the first batch % micro_batches are one
+/// larger). Throws InputError unless 1 <= micro_batches <= batch.
+std::vector<MicroBatch> split_batch(std::int64_t batch, int micro_batches);
+
+/// Bubble fraction of a fill-drain step with balanced cells: (K-1)/(M+K-1).
+double bubble_fraction(int cells, int micro_batches);
+
+}  // namespace gpipe

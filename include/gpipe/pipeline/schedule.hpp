@@ -1,0 +1,52 @@
+#pragma once
+// Pipeline schedules as data: for each cell, the ordered list of operations
+// it runs in one step. A generic cell runner executes any such list, so a new
+// schedule (e.g. 1F1B) is a new generator, not a new runner.
+
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+/// Re-materialization (activation checkpointing, GPipe sec. 2.3).
+enum class Remat {
+  Never,       ///< keep every layer's activations of every micro-batch
+  Always,      ///< keep only each micro-batch's cell input; recompute before backward
+  ExceptLast,  ///< like Always, but the last micro-batch (whose backward runs next) keeps its activations
+};
+
+/// Parses "never" | "always" | "except_last"; throws InputError naming `field`.
+Remat parse_remat(const std::string& text, const std::string& field);
+std::string to_string(Remat remat);
+
+enum class OpKind {
+  Forward,    ///< receive input (or take it from the batch), run the cell's layers, send output (or loss)
+  Recompute,  ///< re-run the forward of a re-materialized micro-batch from its kept input
+  Backward,   ///< receive output gradient (or loss gradient), run backward, send input gradient
+};
+
+struct Op {
+  OpKind kind;
+  int micro_batch;
+  bool operator==(const Op& other) const {
+    return kind == other.kind && micro_batch == other.micro_batch;
+  }
+};
+
+struct Schedule {
+  int cells = 0;
+  int micro_batches = 0;
+  /// Per micro-batch: true if its forward keeps only the cell input.
+  std::vector<bool> rematerialized;
+  /// Per cell, the operations in execution order.
+  std::vector<std::vector<Op>> ops;
+};
+
+/// GPipe fill-drain: every cell runs F(0..M-1), then for m = M-1..0 an
+/// optional Recompute(m) and B(m) (GPipe Fig. 2c).
+Schedule fill_drain(int cells, int micro_batches, Remat remat);
+
+/// Forward-only schedule for evaluation: F(0..M-1) on every cell.
+Schedule forward_only(int cells, int micro_batches);
+
+}  // namespace gpipe

@@ -1,0 +1,78 @@
+#pragma once
+// MPI point-to-point transport of boundary activations and gradients.
+
+#include <mpi.h>
+
+#include <string>
+
+#include "gpipe/core/views.hpp"
+
+namespace gpipe {
+
+/// A duplicate of the caller's communicator (so gpipe's tags never collide
+/// with the host code's messages), freed on destruction. Errors are returned,
+/// not fatal, so gpipe can report them with context.
+class Communicator {
+ public:
+  explicit Communicator(MPI_Comm parent);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  MPI_Comm get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+/// Message tags: micro-batch m's forward activation is 2m, its gradient 2m+1.
+inline int forward_tag(int micro_batch) { return 2 * micro_batch; }
+inline int backward_tag(int micro_batch) { return 2 * micro_batch + 1; }
+
+/// One boundary buffer of (capacity rows, cols) in MemSpace and the
+/// non-blocking MPI operation on it. When MemSpace is not host-accessible and
+/// GPIPE_ENABLE_GPU_AWARE_MPI is off, data is staged through a host mirror
+/// allocated once at construction.
+template <class T>
+class BoundaryBuffer {
+ public:
+  BoundaryBuffer() = default;
+  BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols);
+
+  /// The first `rows` rows of the device buffer.
+  Matrix<T> rows(std::int64_t rows) const;
+  std::int64_t cols() const { return std::int64_t(device_.extent(1)); }
+  std::int64_t bytes() const { return std::int64_t(device_.span() * sizeof(T)); }
+
+  /// Posts MPI_Irecv of up to the full capacity from `source`; `what` names
+  /// the message in errors (e.g. "forward activation of micro-batch 3").
+  void post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows, std::string what);
+  /// Fences, stages if needed, and posts MPI_Isend of the first `rows` rows.
+  void post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows);
+  /// Completes the pending operation. For a receive, checks the received
+  /// count against expected_rows x cols (throws PipelineError naming both
+  /// ranks and the sizes) and copies staged data to the device.
+  void wait();
+  bool pending() const { return request_ != MPI_REQUEST_NULL; }
+
+ private:
+  Matrix<T> device_;
+  typename Matrix<T>::host_mirror_type host_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool receiving_ = false;
+  int peer_ = -1;
+  int rank_ = -1;
+  std::int64_t expected_rows_ = 0;
+  std::string what_;
+  T* mpi_buffer() const;
+  bool staged() const;
+};
+
+/// MPI datatype of T (MPI_FLOAT or MPI_DOUBLE).
+template <class T>
+MPI_Datatype mpi_type();
+
+}  // namespace gpipe

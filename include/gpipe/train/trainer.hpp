@@ -1,0 +1,88 @@
+#pragma once
+// Training a model described by a Deck with the GPipe pipeline on the ranks
+// of an MPI communicator (one cell per rank).
+
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "gpipe/io/dataset.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/optim/optimizer.hpp"
+#include "gpipe/pipeline/cell.hpp"
+
+namespace gpipe {
+
+struct Evaluation {
+  double loss = 0;      ///< mean loss per sample
+  double accuracy = 0;  ///< fraction of correct predictions
+};
+
+struct EpochReport {
+  std::int64_t epoch = 0;  ///< 1-based
+  double train_loss = 0;   ///< mean over the epoch's samples, as trained
+  Evaluation test;
+  double seconds = 0;      ///< training time of the epoch (evaluation excluded)
+  double samples_per_second = 0;
+};
+
+/// Per-layer costs by which a partition is balanced.
+/// "params": parameter count; "flops": forward+backward FLOPs for one
+/// micro-batch; "time": measured forward+backward seconds for one micro-batch
+/// (on rank 0, broadcast to all ranks).
+template <class T>
+std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
+                                std::int64_t micro_batch, MPI_Comm comm);
+
+template <class T>
+class Trainer {
+ public:
+  /// Partitions deck.model over the ranks of `comm` (collective), builds this
+  /// rank's cell and optimizer. Throws InputError for a bad partition.
+  Trainer(const Deck& deck, MPI_Comm comm);
+
+  /// One synchronous step (all M micro-batches, then one optimizer update) on
+  /// samples order[begin, begin + n) of `data`. Collective. Returns the loss
+  /// sums (valid on the last rank).
+  LossSums step(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
+                std::int64_t n);
+
+  /// Forward-only evaluation of all of `data`; the result is valid on every rank.
+  Evaluation evaluate(const Dataset& data);
+
+  /// Trains deck.training.epochs epochs, evaluating `test` after each.
+  /// Rank 0 writes progress lines to `log` (may be null).
+  std::vector<EpochReport> fit(const Dataset& train, const Dataset& test, std::ostream* log);
+
+  /// All parameters of the model in layer order, gathered on rank 0 (empty
+  /// elsewhere): the same layout for every partition. Collective.
+  std::vector<T> gather_parameters() const;
+
+  /// Activation bytes of every cell, gathered on all ranks. Collective.
+  std::vector<std::int64_t> gather_activation_bytes() const;
+
+  const Partition& partition() const { return partition_; }
+  const std::vector<double>& costs() const { return costs_; }
+  Cell<T>& cell() { return *cell_; }
+  std::int64_t steps_done() const { return steps_done_; }
+  std::int64_t steps_per_epoch(std::int64_t samples) const;
+
+ private:
+  void stage_batch(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
+                   std::int64_t n);
+
+  Deck deck_;
+  MPI_Comm comm_;
+  Partition partition_;
+  std::vector<double> costs_;
+  std::unique_ptr<Cell<T>> cell_;
+  std::unique_ptr<Optimizer<T>> optimizer_;
+  Matrix<T> batch_inputs_;
+  typename Matrix<T>::host_mirror_type batch_inputs_host_;
+  LabelVector batch_labels_;
+  typename LabelVector::host_mirror_type batch_labels_host_;
+  std::int64_t steps_done_ = 0;
+  std::int64_t total_steps_ = 0;
+};
+
+}  // namespace gpipe

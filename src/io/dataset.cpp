@@ -1,0 +1,93 @@
+#include "gpipe/io/dataset.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/rng.hpp"
+#include "gpipe/io/idx.hpp"
+
+namespace gpipe {
+
+Dataset load_idx_dataset(const std::string& images, const std::string& labels, std::int64_t limit,
+                         Normalization& norm, bool fit, bool with_inputs) {
+  const IdxArray y = read_idx(labels);
+  if (!with_inputs) {
+    if (y.dims.size() != 1)
+      throw InputError(fmt::format("{}: expected a label file with 1 dimension (N), found {}",
+                                   labels, y.dims.size()));
+    Dataset d;
+    d.name = images;
+    d.labels_name = labels;
+    d.samples = limit > 0 ? std::min(limit, y.dims[0]) : y.dims[0];
+    d.labels.assign(y.data.begin(), y.data.begin() + d.samples);
+    return d;
+  }
+  const IdxArray x = read_idx(images);
+  if (x.dims.size() < 2)
+    throw InputError(fmt::format("{}: expected an image file with at least 2 dimensions (N, ...), "
+                                 "found {}",
+                                 images, x.dims.size()));
+  if (y.dims.size() != 1)
+    throw InputError(fmt::format("{}: expected a label file with 1 dimension (N), found {}", labels,
+                                 y.dims.size()));
+  if (x.dims[0] != y.dims[0])
+    throw InputError(fmt::format("{} has {} images but {} has {} labels", images, x.dims[0], labels,
+                                 y.dims[0]));
+  Dataset d;
+  d.name = images;
+  d.labels_name = labels;
+  d.samples = limit > 0 ? std::min(limit, x.dims[0]) : x.dims[0];
+  d.features = std::accumulate(x.dims.begin() + 1, x.dims.end(), std::int64_t(1),
+                               std::multiplies<std::int64_t>());
+  const std::int64_t count = d.samples * d.features;
+  d.inputs.resize(size_t(count));
+  for (std::int64_t i = 0; i < count; ++i) d.inputs[size_t(i)] = float(x.data[size_t(i)]) / 255.0f;
+  d.labels.assign(y.data.begin(), y.data.begin() + d.samples);
+
+  if (norm.mode == "none") {
+    for (std::int64_t i = 0; i < count; ++i) d.inputs[size_t(i)] = float(x.data[size_t(i)]);
+  } else if (norm.mode == "standardize") {
+    if (fit) {
+      double sum = 0, sq = 0;
+      for (float v : d.inputs) {
+        sum += v;
+        sq += double(v) * v;
+      }
+      norm.mean = sum / double(count);
+      norm.stddev = std::sqrt(std::max(sq / double(count) - norm.mean * norm.mean, 1e-12));
+    }
+    const float mean = float(norm.mean), inv = float(1.0 / norm.stddev);
+    for (auto& v : d.inputs) v = (v - mean) * inv;
+  } else if (norm.mode != "scale") {
+    throw InputError(fmt::format("data.normalize: unknown mode '{}' (expected none, scale or "
+                                 "standardize)",
+                                 norm.mode));
+  }
+  return d;
+}
+
+void check_labels(const Dataset& data, std::int64_t classes) {
+  for (size_t i = 0; i < data.labels.size(); ++i)
+    if (data.labels[i] < 0 || data.labels[i] >= classes)
+      throw InputError(fmt::format("{}: label {} of sample {} is outside [0, {}) (the model's last "
+                                   "layer has {} outputs)",
+                                   data.labels_name, data.labels[i], i, classes, classes));
+}
+
+std::vector<std::int64_t> epoch_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch,
+                                      bool shuffle) {
+  std::vector<std::int64_t> order(static_cast<size_t>(samples));
+  std::iota(order.begin(), order.end(), std::int64_t(0));
+  if (!shuffle) return order;
+  for (std::int64_t i = samples - 1; i > 0; --i) {
+    const auto h = rng::hash(seed, rng::kShuffle, std::uint64_t(epoch), std::uint64_t(i));
+    const auto j = std::int64_t(h % std::uint64_t(i + 1));
+    std::swap(order[size_t(i)], order[size_t(j)]);
+  }
+  return order;
+}
+
+}  // namespace gpipe

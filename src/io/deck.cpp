@@ -1,0 +1,324 @@
+#include "gpipe/io/deck.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "gpipe/core/error.hpp"
+
+namespace gpipe {
+
+namespace {
+
+// Schema: the keys each section accepts. Scalars listed here are settable.
+const std::map<std::string, std::vector<std::string>>& schema() {
+  static const std::map<std::string, std::vector<std::string>> keys = {
+      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline"}},
+      {"model", {"input", "layers"}},
+      {"data",
+       {"format", "train_images", "train_labels", "test_images", "test_labels", "normalize",
+        "train_limit", "test_limit"}},
+      {"training", {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every"}},
+      {"optimizer",
+       {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
+      {"pipeline", {"balance", "remat"}},
+  };
+  return keys;
+}
+
+const std::map<std::string, std::vector<std::string>>& layer_keys() {
+  static const std::map<std::string, std::vector<std::string>> keys = {
+      {"dense", {"type", "units", "init"}}, {"relu", {"type"}},    {"gelu", {"type"}},
+      {"tanh", {"type"}}, {"layer_norm", {"type", "eps"}}, {"dropout", {"type", "rate"}},
+  };
+  return keys;
+}
+
+// Reads typed values from one YAML map, with positions in every message.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path, std::string file)
+      : node_(node), path_(std::move(path)), file_(std::move(file)) {}
+
+  std::string where(const YAML::Node& n) const {
+    const auto mark = n.Mark();
+    if (mark.line < 0) return file_ + " (--set)";
+    return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
+  }
+  std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  bool has(const std::string& key) const { return bool(node_[key]); }
+  YAML::Node raw(const std::string& key) const { return node_[key]; }
+
+  template <class V>
+  V get(const std::string& key, const V& fallback, const char* expected) const {
+    const YAML::Node n = node_[key];
+    if (!n) return fallback;
+    return convert<V>(n, key, expected);
+  }
+  template <class V>
+  V need(const std::string& key, const char* expected) const {
+    const YAML::Node n = node_[key];
+    if (!n)
+      throw InputError(fmt::format("{}: missing required field '{}' ({})", where(node_), field(key),
+                                   expected));
+    return convert<V>(n, key, expected);
+  }
+  template <class V>
+  V convert(const YAML::Node& n, const std::string& key, const char* expected) const {
+    if (!n.IsScalar())
+      throw InputError(fmt::format("{}: {}: expected {}, got a {}", where(n), field(key), expected,
+                                   n.IsSequence() ? "list" : "map"));
+    try {
+      return n.as<V>();
+    } catch (const YAML::Exception&) {
+      throw InputError(fmt::format("{}: {}: expected {}, got '{}'", where(n), field(key), expected,
+                                   n.Scalar()));
+    }
+  }
+  // Throws for keys outside `allowed`.
+  void only(const std::vector<std::string>& allowed) const {
+    for (const auto& kv : node_) {
+      const auto key = kv.first.as<std::string>();
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        throw InputError(fmt::format("{}: unknown key '{}' in {} (expected one of: {})",
+                                     where(kv.first), key, path_.empty() ? "the deck" : path_,
+                                     fmt::join(allowed, ", ")));
+    }
+  }
+  const YAML::Node& node() const { return node_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  std::string file_;
+};
+
+Section section(const YAML::Node& root, const std::string& key, const std::string& file,
+                bool required) {
+  const YAML::Node n = root[key];
+  if (!n) {
+    if (required)
+      throw InputError(fmt::format("{}: missing required section '{}'", file, key));
+    return Section(YAML::Node(YAML::NodeType::Map), key, file);
+  }
+  if (!n.IsMap()) {
+    const auto mark = n.Mark();
+    throw InputError(fmt::format("{}:{}:{}: {}: expected a map of settings", file, mark.line + 1,
+                                 mark.column + 1, key));
+  }
+  Section s(n, key, file);
+  s.only(schema().at(key));
+  return s;
+}
+
+void positive(bool ok, const Section& s, const std::string& key, std::int64_t value) {
+  if (!ok)
+    throw InputError(fmt::format("{}: {}: expected a positive integer, got {}", s.where(s.raw(key)),
+                                 s.field(key), value));
+}
+
+ModelSpec read_model(const Section& s) {
+  ModelSpec model;
+  model.input_features = s.need<std::int64_t>("input", "a positive number of input features");
+  positive(model.input_features > 0, s, "input", model.input_features);
+  const YAML::Node layers = s.raw("layers");
+  if (!layers)
+    throw InputError(fmt::format("{}: missing required field 'model.layers' (a list of layers)",
+                                 s.where(s.node())));
+  if (!layers.IsSequence() || layers.size() == 0)
+    throw InputError(fmt::format("{}: model.layers: expected a non-empty list of layers",
+                                 s.where(layers)));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const YAML::Node n = layers[i];
+    const std::string path = fmt::format("model.layers[{}]", i);
+    if (!n.IsMap())
+      throw InputError(fmt::format("{}: {}: expected a map such as {{type: dense, units: 128}}",
+                                   s.where(n), path));
+    const Section l(n, path, s.file());
+    LayerSpec spec;
+    spec.type = l.need<std::string>("type", "a layer type");
+    spec.where = fmt::format("{} ({})", l.where(n), path);
+    const auto known = layer_keys().find(spec.type);
+    if (known == layer_keys().end())
+      throw InputError(fmt::format("{}: unknown layer type '{}' (expected one of: {})", spec.where,
+                                   spec.type, fmt::join(layer_types(), ", ")));
+    l.only(known->second);
+    if (spec.type == "dense") {
+      spec.units = l.need<std::int64_t>("units", "a positive integer");
+      positive(spec.units > 0, l, "units", spec.units);
+      const auto init = l.get<std::string>("init", "he", "he or glorot");
+      if (init == "he") spec.init = Init::He;
+      else if (init == "glorot") spec.init = Init::Glorot;
+      else
+        throw InputError(fmt::format("{}: {}.init: unknown initialization '{}' (expected he or "
+                                     "glorot)",
+                                     l.where(l.raw("init")), path, init));
+    }
+    spec.rate = l.get<double>("rate", 0.0, "a number in [0, 1)");
+    spec.eps = l.get<double>("eps", 1e-5, "a positive number");
+    model.layers.push_back(spec);
+  }
+  model.output_features();  // validates sizes and values
+  return model;
+}
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(fmt::format("--set '{}': expected key=value, e.g. --set optimizer.lr=0.01",
+                                 assignment));
+  const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  const auto& keys = settable_keys();
+  if (std::find(keys.begin(), keys.end(), key) == keys.end())
+    throw InputError(fmt::format("unknown --set key '{}' (known keys: {})", key, fmt::join(keys, ", ")));
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("--set {}: value '{}' is not valid YAML: {}", key, value, e.msg));
+  }
+  const auto dot = key.find('.');
+  if (dot == std::string::npos) {
+    root[key] = parsed;
+  } else {
+    YAML::Node sec = root[key.substr(0, dot)];
+    sec[key.substr(dot + 1)] = parsed;
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& settable_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const auto& [sec, names] : schema())
+      for (const auto& name : names) {
+        if (sec.empty() && name != "seed" && name != "precision") continue;
+        if (sec == "model") continue;
+        out.push_back(sec.empty() ? name : sec + "." + name);
+      }
+    return out;
+  }();
+  return keys;
+}
+
+Deck parse_deck(const std::string& text, const std::string& name,
+                const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw InputError(fmt::format("{}:{}:{}: YAML syntax error: {}", name, e.mark.line + 1,
+                                 e.mark.column + 1, e.msg));
+  }
+  if (!root.IsMap())
+    throw InputError(fmt::format("{}: expected a YAML map of sections (model, data, training, "
+                                 "optimizer, pipeline)",
+                                 name));
+  for (const auto& o : overrides) apply_override(root, o);
+  Section top(root, "", name);
+  top.only(schema().at(""));
+
+  Deck deck;
+  deck.path = name;
+  deck.seed = top.get<std::uint64_t>("seed", 0, "a non-negative integer");
+  deck.precision = top.get<std::string>("precision", "float", "float or double");
+  if (deck.precision != "float" && deck.precision != "double")
+    throw InputError(fmt::format("{}: precision: expected float or double, got '{}'",
+                                 top.where(top.raw("precision")), deck.precision));
+
+  deck.model = read_model(section(root, "model", name, true));
+
+  const Section d = section(root, "data", name, true);
+  deck.data.format = d.get<std::string>("format", "idx", "idx");
+  if (deck.data.format != "idx")
+    throw InputError(fmt::format("{}: data.format: unknown format '{}' (expected idx)",
+                                 d.where(d.raw("format")), deck.data.format));
+  deck.data.train_images = d.need<std::string>("train_images", "a file path");
+  deck.data.train_labels = d.need<std::string>("train_labels", "a file path");
+  deck.data.test_images = d.need<std::string>("test_images", "a file path");
+  deck.data.test_labels = d.need<std::string>("test_labels", "a file path");
+  deck.data.normalize = d.get<std::string>("normalize", "standardize", "none, scale or standardize");
+  if (deck.data.normalize != "none" && deck.data.normalize != "scale" &&
+      deck.data.normalize != "standardize")
+    throw InputError(fmt::format("{}: data.normalize: unknown mode '{}' (expected none, scale or "
+                                 "standardize)",
+                                 d.where(d.raw("normalize")), deck.data.normalize));
+  deck.data.train_limit = d.get<std::int64_t>("train_limit", 0, "a non-negative integer");
+  deck.data.test_limit = d.get<std::int64_t>("test_limit", 0, "a non-negative integer");
+
+  const Section t = section(root, "training", name, true);
+  deck.training.epochs = t.need<std::int64_t>("epochs", "a positive integer");
+  positive(deck.training.epochs > 0, t, "epochs", deck.training.epochs);
+  deck.training.batch_size = t.need<std::int64_t>("batch_size", "a positive integer");
+  positive(deck.training.batch_size > 0, t, "batch_size", deck.training.batch_size);
+  deck.training.micro_batches = t.get<int>("micro_batches", 1, "a positive integer");
+  positive(deck.training.micro_batches > 0, t, "micro_batches", deck.training.micro_batches);
+  if (deck.training.micro_batches > deck.training.batch_size)
+    throw InputError(fmt::format("{}: training.micro_batches: {} micro-batches cannot split a "
+                                 "batch of {} samples",
+                                 t.where(t.raw("micro_batches")), deck.training.micro_batches,
+                                 deck.training.batch_size));
+  deck.training.shuffle = t.get<bool>("shuffle", true, "true or false");
+  deck.training.progress_every = t.get<std::int64_t>("progress_every", 50, "a non-negative integer");
+
+  const Section o = section(root, "optimizer", name, false);
+  OptimizerSpec& opt = deck.optimizer;
+  opt.type = o.get<std::string>("type", opt.type, "sgd, adam or adamw");
+  opt.lr = o.get<double>("lr", opt.lr, "a positive number");
+  opt.momentum = o.get<double>("momentum", opt.momentum, "a number in [0, 1)");
+  opt.beta1 = o.get<double>("beta1", opt.beta1, "a number in [0, 1)");
+  opt.beta2 = o.get<double>("beta2", opt.beta2, "a number in [0, 1)");
+  opt.eps = o.get<double>("eps", opt.eps, "a positive number");
+  opt.weight_decay = o.get<double>("weight_decay", opt.weight_decay, "a number >= 0");
+  opt.schedule = o.get<std::string>("schedule", opt.schedule, "constant or cosine");
+  make_optimizer<double>(opt, 0);  // validates the hyper-parameters
+
+  const Section p = section(root, "pipeline", name, false);
+  if (p.has("balance")) {
+    const YAML::Node b = p.raw("balance");
+    if (b.IsSequence()) {
+      deck.pipeline.balance = "explicit";
+      for (const auto& c : b) {
+        try {
+          deck.pipeline.counts.push_back(c.as<int>());
+        } catch (const YAML::Exception&) {
+          throw InputError(fmt::format("{}: pipeline.balance: expected a list of layer counts, "
+                                       "got '{}'",
+                                       p.where(c), c.Scalar()));
+        }
+      }
+    } else {
+      deck.pipeline.balance = p.convert<std::string>(b, "balance", "params, flops, time or a list");
+      if (deck.pipeline.balance != "params" && deck.pipeline.balance != "flops" &&
+          deck.pipeline.balance != "time")
+        throw InputError(fmt::format("{}: pipeline.balance: unknown mode '{}' (expected params, "
+                                     "flops, time, or a list of layer counts per cell)",
+                                     p.where(b), deck.pipeline.balance));
+    }
+  }
+  deck.pipeline.remat =
+      parse_remat(p.get<std::string>("remat", "never", "never, always or except_last"),
+                  p.has("remat") ? p.where(p.raw("remat")) + ": pipeline.remat" : "pipeline.remat");
+
+  YAML::Emitter out;
+  out << root;
+  deck.text = out.c_str();
+  return deck;
+}
+
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open input deck (missing or unreadable)", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_deck(text.str(), path, overrides);
+}
+
+}  // namespace gpipe

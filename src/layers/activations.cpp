@@ -1,0 +1,89 @@
+#include "gpipe/layers/activations.hpp"
+
+#include "gpipe/core/kokkos_compat.hpp"
+
+namespace gpipe {
+
+struct ReluOp {
+  static const char* name() { return "relu"; }
+  static constexpr double kFlops = 2;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return x > T(0) ? x : T(0); }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) { return x > T(0) ? T(1) : T(0); }
+};
+
+struct TanhOp {
+  static const char* name() { return "tanh"; }
+  static constexpr double kFlops = 25;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return compat::tanh(x); }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T t = compat::tanh(x);
+    return T(1) - t * t;
+  }
+};
+
+struct GeluOp {
+  static const char* name() { return "gelu"; }
+  static constexpr double kFlops = 60;
+  static constexpr double kC = 0.7978845608028654;  // sqrt(2/pi)
+  static constexpr double kA = 0.044715;
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    const T u = T(kC) * (x + T(kA) * x * x * x);
+    return T(0.5) * x * (T(1) + compat::tanh(u));
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T u = T(kC) * (x + T(kA) * x * x * x);
+    const T t = compat::tanh(u);
+    const T du = T(kC) * (T(1) + T(3 * kA) * x * x);
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
+  }
+};
+
+namespace {
+template <class T>
+Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>> whole(const ConstMatrix<T>& x) {
+  return {{0, 0}, {std::int64_t(x.extent(0)), std::int64_t(x.extent(1))}};
+}
+}  // namespace
+
+template <class T, class Op>
+std::string Elementwise<T, Op>::type() const {
+  return Op::name();
+}
+
+template <class T, class Op>
+void Elementwise<T, Op>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
+  Kokkos::parallel_for(
+      "gpipe::Elementwise::forward", whole<T>(x),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = Op::value(x(i, j)); });
+}
+
+template <class T, class Op>
+void Elementwise<T, Op>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
+                                  Matrix<T> dx) {
+  if (dx.extent(0) == 0) return;
+  Kokkos::parallel_for(
+      "gpipe::Elementwise::backward", whole<T>(x),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        dx(i, j) = dy(i, j) * Op::derivative(x(i, j));
+      });
+}
+
+template <class T, class Op>
+double Elementwise<T, Op>::flops(std::int64_t batch) const {
+  return Op::kFlops * double(batch) * double(this->in_features());
+}
+
+template class Elementwise<float, ReluOp>;
+template class Elementwise<double, ReluOp>;
+template class Elementwise<float, TanhOp>;
+template class Elementwise<double, TanhOp>;
+template class Elementwise<float, GeluOp>;
+template class Elementwise<double, GeluOp>;
+
+}  // namespace gpipe

@@ -1,0 +1,84 @@
+#include "gpipe/layers/dense.hpp"
+
+#include <KokkosBlas3_gemm.hpp>
+#include <cmath>
+
+#include "gpipe/core/rng.hpp"
+
+namespace gpipe {
+
+template <class T>
+Dense<T>::Dense(std::int64_t index, std::int64_t in, std::int64_t out, Init init)
+    : Layer<T>(index, in, out), init_(init) {}
+
+template <class T>
+std::vector<ParameterSpec> Dense<T>::parameter_specs() const {
+  return {{"weight", this->in_features(), this->out_features()},
+          {"bias", 1, this->out_features()}};
+}
+
+template <class T>
+void Dense<T>::bind(T* values, T* gradients) {
+  const auto in = this->in_features(), out = this->out_features();
+  weight_ = Unmanaged(values, in, out);
+  bias_ = Unmanaged(values + in * out, 1, out);
+  weight_grad_ = Unmanaged(gradients, in, out);
+  bias_grad_ = Unmanaged(gradients + in * out, 1, out);
+}
+
+template <class T>
+void Dense<T>::initialize(std::uint64_t seed) {
+  const auto in = this->in_features(), out = this->out_features();
+  const double fan = init_ == Init::He ? double(in) : double(in + out);
+  const double a = std::sqrt(6.0 / fan);
+  const std::uint64_t layer = std::uint64_t(this->index());
+  auto w = weight_;
+  auto b = bias_;
+  Kokkos::parallel_for(
+      "gpipe::Dense::initialize", Kokkos::RangePolicy<ExecSpace>(0, in * out),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        const double u = rng::uniform01(rng::hash(seed, rng::kInit, layer, std::uint64_t(e)));
+        w(e / out, e % out) = T((2.0 * u - 1.0) * a);
+      });
+  Kokkos::parallel_for(
+      "gpipe::Dense::initialize_bias", Kokkos::RangePolicy<ExecSpace>(0, out),
+      KOKKOS_LAMBDA(const std::int64_t j) { b(0, j) = T(0); });
+}
+
+template <class T>
+void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
+  const auto out = this->out_features();
+  auto b = bias_;
+  Kokkos::parallel_for(
+      "gpipe::Dense::forward_bias",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {std::int64_t(y.extent(0)), out}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = b(0, j); });
+  KokkosBlas::gemm("N", "N", T(1), x, weight_, T(1), y);
+}
+
+template <class T>
+void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) {
+  KokkosBlas::gemm("T", "N", T(1), x, dy, T(1), weight_grad_);
+  const std::int64_t n = std::int64_t(dy.extent(0));
+  auto db = bias_grad_;
+  Kokkos::parallel_for(
+      "gpipe::Dense::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, this->out_features()),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        T sum = T(0);
+        for (std::int64_t i = 0; i < n; ++i) sum += dy(i, j);
+        db(0, j) += sum;
+      });
+  if (dx.extent(0) > 0) KokkosBlas::gemm("N", "T", T(1), dy, weight_, T(0), dx);
+}
+
+template <class T>
+double Dense<T>::flops(std::int64_t batch) const {
+  const double n = double(batch), in = double(this->in_features()),
+               out = double(this->out_features());
+  return 6.0 * n * in * out + 2.0 * n * out;
+}
+
+template class Dense<float>;
+template class Dense<double>;
+
+}  // namespace gpipe

@@ -1,0 +1,58 @@
+#include "gpipe/layers/dropout.hpp"
+
+#include "gpipe/core/rng.hpp"
+
+namespace gpipe {
+
+template <class T>
+Dropout<T>::Dropout(std::int64_t index, std::int64_t features, double rate)
+    : Layer<T>(index, features, features), rate_(rate) {}
+
+namespace {
+// y = x * mask * scale, where mask keys on (seed, step, layer, sample, column).
+template <class T>
+void apply_mask(const PassContext& ctx, std::int64_t layer, double rate, ConstMatrix<T> in,
+                Matrix<T> out, const char* label) {
+  const std::int64_t n = std::int64_t(in.extent(0)), f = std::int64_t(in.extent(1));
+  const std::uint64_t key = rng::hash(ctx.seed, rng::kDropout, ctx.step, std::uint64_t(layer));
+  const std::int64_t offset = ctx.sample_offset;
+  const T scale = T(1.0 / (1.0 - rate));
+  Kokkos::parallel_for(
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, f}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        const double u =
+            rng::uniform01(rng::hash(key, std::uint64_t(offset + i), std::uint64_t(j)));
+        out(i, j) = u >= rate ? in(i, j) * scale : T(0);
+      });
+}
+}  // namespace
+
+template <class T>
+void Dropout<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) {
+  if (!ctx.training || rate_ == 0.0) {
+    Kokkos::deep_copy(y, x);
+    return;
+  }
+  apply_mask<T>(ctx, this->index(), rate_, x, y, "gpipe::Dropout::forward");
+}
+
+template <class T>
+void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
+                          Matrix<T> dx) {
+  if (dx.extent(0) == 0) return;
+  if (rate_ == 0.0) {
+    Kokkos::deep_copy(dx, dy);
+    return;
+  }
+  apply_mask<T>(ctx, this->index(), rate_, dy, dx, "gpipe::Dropout::backward");
+}
+
+template <class T>
+double Dropout<T>::flops(std::int64_t batch) const {
+  return 2.0 * double(batch) * double(this->in_features());
+}
+
+template class Dropout<float>;
+template class Dropout<double>;
+
+}  // namespace gpipe

@@ -1,0 +1,237 @@
+#include "gpipe/pipeline/cell.hpp"
+
+#include <fmt/format.h>
+
+#include "gpipe/core/error.hpp"
+
+namespace gpipe {
+
+template <class T>
+Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
+              const CellOptions& options)
+    : comm_(comm), options_(options) {
+  require(partition.cells() == comm_.size(),
+          fmt::format("pipeline: the partition has {} cells but the communicator has {} ranks",
+                      partition.cells(), comm_.size()));
+  require(options.max_batch >= options.micro_batches,
+          fmt::format("training.micro_batches: {} micro-batches cannot split a batch of {} samples",
+                      options.micro_batches, options.max_batch));
+  const int M = options.micro_batches;
+  first_layer_ = partition.first_layer(rank());
+  const int count = partition.counts[size_t(rank())];
+
+  // Layers and their parameters, as views into one flat buffer per cell.
+  std::int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    layers_.push_back(make_layer<T>(model, first_layer_ + i));
+    total += layers_.back()->parameter_count();
+  }
+  params_ = Vector<T>("gpipe::Cell::parameters", total);
+  grads_ = Vector<T>("gpipe::Cell::gradients", total);
+  std::int64_t offset = 0;
+  for (auto& layer : layers_) {
+    layer->bind(params_.data() + offset, grads_.data() + offset);
+    layer->initialize(options.seed);
+    offset += layer->parameter_count();
+  }
+
+  // Activation and boundary buffers, each sized for the largest micro-batch.
+  capacity_ = (options.max_batch + M - 1) / M;
+  in_features_ = layers_.front()->in_features();
+  out_features_ = layers_.back()->out_features();
+  const auto rows = capacity_;
+  const auto bytes = [](std::int64_t r, std::int64_t c) { return r * c * std::int64_t(sizeof(T)); };
+  std::int64_t max_features = in_features_;
+  for (auto& layer : layers_) max_features = std::max(max_features, layer->out_features());
+
+  activation_bytes_ = std::int64_t(M) * bytes(rows, in_features_);
+  for (int m = 0; m < M; ++m) {
+    if (!is_first()) {
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", m), rows, in_features_);
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", m), rows, in_features_);
+    }
+    if (!is_last()) {
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", m), rows, out_features_);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", m), rows,
+                                 out_features_);
+      activation_bytes_ += bytes(rows, out_features_);
+    } else {
+      logit_grads_.emplace_back(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, fmt::format("gpipe::Cell::logit_grad[{}]", m)),
+          rows, out_features_);
+    }
+  }
+  if (is_last()) {
+    logits_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::logits"),
+                        rows, out_features_);
+    activation_bytes_ += bytes(rows, out_features_);
+  }
+  train_schedule_ = fill_drain(cells(), M, options.remat);
+  const Schedule& schedule = train_schedule_;
+  kept_.resize(size_t(M));
+  bool any_rematerialized = false;
+  for (int m = 0; m < M; ++m) {
+    if (schedule.rematerialized[size_t(m)]) {
+      any_rematerialized = true;
+      continue;
+    }
+    for (int l = 0; l + 1 < count; ++l) {
+      kept_[size_t(m)].emplace_back(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                             fmt::format("gpipe::Cell::activation[{}][{}]", m, l)),
+          rows, layers_[size_t(l)]->out_features());
+      activation_bytes_ += bytes(rows, layers_[size_t(l)]->out_features());
+    }
+  }
+  if (any_rematerialized) {
+    for (int l = 0; l + 1 < count; ++l) {
+      scratch_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                               fmt::format("gpipe::Cell::scratch[{}]", l)),
+                            rows, layers_[size_t(l)]->out_features());
+      activation_bytes_ += bytes(rows, layers_[size_t(l)]->out_features());
+    }
+  }
+  grad_ping_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_ping"),
+                         rows * max_features);
+  grad_pong_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_pong"),
+                         rows * max_features);
+}
+
+template <class T>
+void Cell<T>::zero_gradients() {
+  Kokkos::deep_copy(grads_, T(0));
+}
+
+template <class T>
+ConstMatrix<T> Cell<T>::layer_input(int m, int layer) const {
+  const auto& mb = split_[size_t(m)];
+  if (layer > 0) return layer_output(m, layer - 1);
+  if (!is_first()) return inputs_[size_t(m)].rows(mb.size);
+  return Kokkos::subview(batch_inputs_, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL);
+}
+
+template <class T>
+Matrix<T> Cell<T>::layer_output(int m, int layer) const {
+  const auto n = split_[size_t(m)].size;
+  if (layer + 1 == int(layers_.size())) {
+    return is_last() ? Matrix<T>(logits_.data(), n, out_features_) : outputs_[size_t(m)].rows(n);
+  }
+  const Matrix<T>& storage = kept_now_[size_t(m)] ? kept_[size_t(m)][size_t(layer)]
+                                                  : scratch_[size_t(layer)];
+  return Matrix<T>(storage.data(), n, storage.extent(1));
+}
+
+template <class T>
+void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
+  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, training};
+  if (!is_first() && whole_cell) inputs_[size_t(m)].wait();
+  const int count = whole_cell ? int(layers_.size()) : int(layers_.size()) - 1;
+  for (int l = 0; l < count; ++l)
+    layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l));
+  if (!whole_cell) return;  // a recompute stops before the cell output
+  const auto& mb = split_[size_t(m)];
+  if (is_last()) {
+    auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
+    const Matrix<T> dlogits =
+        training ? Matrix<T>(logit_grads_[size_t(m)].data(), mb.size, out_features_) : Matrix<T>();
+    const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
+                                      T(1.0 / double(batch_size_)), dlogits);
+    sums.loss += s.loss;
+    sums.correct += s.correct;
+  } else {
+    outputs_[size_t(m)].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
+  }
+}
+
+template <class T>
+void Cell<T>::backward(int m) {
+  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, true};
+  const auto n = split_[size_t(m)].size;
+  ConstMatrix<T> dy;
+  if (is_last()) {
+    dy = Matrix<T>(logit_grads_[size_t(m)].data(), n, out_features_);
+  } else {
+    output_grads_[size_t(m)].wait();
+    dy = output_grads_[size_t(m)].rows(n);
+  }
+  const int count = int(layers_.size());
+  for (int l = count - 1; l >= 0; --l) {
+    Matrix<T> dx;
+    if (l > 0) {
+      T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
+      dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
+    } else if (!is_first()) {
+      dx = input_grads_[size_t(m)].rows(n);
+    }
+    layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx);
+    dy = dx;
+  }
+  if (!is_first()) input_grads_[size_t(m)].post_send(comm(), rank() - 1, backward_tag(m), n);
+}
+
+template <class T>
+LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
+                      std::int64_t n, std::uint64_t step, bool training) {
+  require(n >= 1 && n <= options_.max_batch,
+          fmt::format("rank {}: a batch of {} samples does not fit the pipeline's buffers "
+                      "(1..{} samples)",
+                      rank(), n, options_.max_batch));
+  const int M = schedule.micro_batches;
+  split_ = split_batch(n, M);
+  batch_inputs_ = inputs;
+  batch_labels_ = labels;
+  batch_size_ = n;
+  step_ = step;
+  if (is_first())
+    require(std::int64_t(inputs.extent(0)) >= n && std::int64_t(inputs.extent(1)) == in_features_,
+            fmt::format("rank 0: inputs are {}x{}, expected at least {}x{}", inputs.extent(0),
+                        inputs.extent(1), n, in_features_));
+  if (is_last())
+    require(std::int64_t(labels.extent(0)) >= n,
+            fmt::format("rank {}: {} labels for a batch of {} samples", rank(), labels.extent(0), n));
+  kept_now_.resize(size_t(M));
+  for (int m = 0; m < M; ++m)
+    kept_now_[size_t(m)] = training ? !schedule.rematerialized[size_t(m)] : !kept_[size_t(m)].empty();
+
+  // Post every receive of the step up front so transfers overlap compute.
+  for (int m = 0; m < M; ++m) {
+    const auto rows = split_[size_t(m)].size;
+    if (!is_first())
+      inputs_[size_t(m)].post_recv(comm(), rank() - 1, forward_tag(m), rows,
+                                   fmt::format("forward activation of micro-batch {}", m));
+    if (training && !is_last())
+      output_grads_[size_t(m)].post_recv(comm(), rank() + 1, backward_tag(m), rows,
+                                         fmt::format("gradient of micro-batch {}", m));
+  }
+  LossSums sums;
+  for (const Op& op : schedule.ops[size_t(rank())]) {
+    switch (op.kind) {
+      case OpKind::Forward: forward(op.micro_batch, true, training, sums); break;
+      case OpKind::Recompute: forward(op.micro_batch, false, training, sums); break;
+      case OpKind::Backward: backward(op.micro_batch); break;
+    }
+  }
+  for (auto& b : outputs_) b.wait();
+  for (auto& b : input_grads_) b.wait();
+  return sums;
+}
+
+template <class T>
+LossSums Cell<T>::train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
+                             std::uint64_t step) {
+  require(n >= options_.micro_batches,
+          fmt::format("a training batch of {} samples cannot be split into {} micro-batches", n,
+                      options_.micro_batches));
+  return run(train_schedule_, inputs, labels, n, step, true);
+}
+
+template <class T>
+LossSums Cell<T>::evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n) {
+  const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
+  return run(forward_only(cells(), M), inputs, labels, n, step_, false);
+}
+
+template class Cell<float>;
+template class Cell<double>;
+
+}  // namespace gpipe

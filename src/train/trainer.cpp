@@ -1,0 +1,243 @@
+#include "gpipe/train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/kokkos_compat.hpp"
+
+namespace gpipe {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+int comm_rank(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+int comm_size(MPI_Comm comm) {
+  int s = 1;
+  MPI_Comm_size(comm, &s);
+  return s;
+}
+
+// Seconds of forward + backward of one layer on a (batch, in) micro-batch.
+template <class T>
+double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch) {
+  auto layer = make_layer<T>(model, index);
+  Vector<T> p("gpipe::profile::parameters", layer->parameter_count());
+  Vector<T> g("gpipe::profile::gradients", layer->parameter_count());
+  layer->bind(p.data(), g.data());
+  layer->initialize(0);
+  Matrix<T> x("gpipe::profile::x", batch, layer->in_features());
+  Matrix<T> y("gpipe::profile::y", batch, layer->out_features());
+  Matrix<T> dx("gpipe::profile::dx", batch, layer->in_features());
+  Kokkos::deep_copy(x, T(0.5));
+  Kokkos::deep_copy(y, T(0.25));
+  const PassContext ctx{};
+  layer->forward(ctx, x, y);  // warm-up
+  layer->backward(ctx, x, y, dx);
+  compat::fence("gpipe::profile");
+  const int reps = 3;
+  const double start = now();
+  for (int r = 0; r < reps; ++r) {
+    layer->forward(ctx, x, y);
+    layer->backward(ctx, x, y, dx);
+  }
+  compat::fence("gpipe::profile");
+  return (now() - start) / reps;
+}
+}  // namespace
+
+template <class T>
+std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
+                                std::int64_t micro_batch, MPI_Comm comm) {
+  const auto L = std::int64_t(model.layers.size());
+  std::vector<double> costs(size_t(L), 0.0);
+  if (mode == "time") {
+    if (comm_rank(comm) == 0)
+      for (std::int64_t l = 0; l < L; ++l) costs[size_t(l)] = time_layer<T>(model, l, micro_batch);
+    MPI_Bcast(costs.data(), int(L), MPI_DOUBLE, 0, comm);
+    return costs;
+  }
+  for (std::int64_t l = 0; l < L; ++l) {
+    const auto layer = make_layer<T>(model, l);
+    costs[size_t(l)] = mode == "params" ? double(layer->parameter_count()) : layer->flops(micro_batch);
+  }
+  return costs;
+}
+
+template <class T>
+Trainer<T>::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
+  const int K = comm_size(comm), M = deck.training.micro_batches;
+  const int L = int(deck.model.layers.size());
+  const std::int64_t micro = (deck.training.batch_size + M - 1) / M;
+  if (deck.pipeline.balance == "explicit") {
+    partition_ = explicit_partition(deck.pipeline.counts, L, K);
+    costs_ = layer_costs<T>(deck.model, "flops", micro, comm);
+  } else {
+    if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
+    costs_ = layer_costs<T>(deck.model, deck.pipeline.balance, micro, comm);
+    partition_ = balance_min_max(costs_, K);
+  }
+  CellOptions options;
+  options.max_batch = deck.training.batch_size;
+  options.micro_batches = M;
+  options.remat = deck.pipeline.remat;
+  options.seed = deck.seed;
+  cell_ = std::make_unique<Cell<T>>(deck.model, partition_, comm, options);
+  optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  if (cell_->is_first()) {
+    batch_inputs_ = Matrix<T>("gpipe::Trainer::batch_inputs", deck.training.batch_size,
+                              deck.model.input_features);
+    batch_inputs_host_ = Kokkos::create_mirror_view(batch_inputs_);
+  }
+  if (cell_->is_last()) {
+    batch_labels_ = LabelVector("gpipe::Trainer::batch_labels", deck.training.batch_size);
+    batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
+  }
+}
+
+template <class T>
+std::int64_t Trainer<T>::steps_per_epoch(std::int64_t samples) const {
+  const auto N = deck_.training.batch_size;
+  const auto full = samples / N, rest = samples % N;
+  return full + (rest >= deck_.training.micro_batches ? 1 : 0);
+}
+
+template <class T>
+void Trainer<T>::stage_batch(const Dataset& data, const std::vector<std::int64_t>& order,
+                             std::int64_t begin, std::int64_t n) {
+  if (cell_->is_first()) {
+    const auto f = data.features;
+    require(f == deck_.model.input_features,
+            fmt::format("{}: samples have {} features but model.input is {}", data.name, f,
+                        deck_.model.input_features));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* row = data.inputs.data() + order[size_t(begin + i)] * f;
+      for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(row[j]);
+    }
+    Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
+  }
+  if (cell_->is_last()) {
+    for (std::int64_t i = 0; i < n; ++i)
+      batch_labels_host_(i) = data.labels[size_t(order[size_t(begin + i)])];
+    Kokkos::deep_copy(batch_labels_, batch_labels_host_);
+  }
+}
+
+template <class T>
+LossSums Trainer<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
+                          std::int64_t begin, std::int64_t n) {
+  stage_batch(data, order, begin, n);
+  cell_->zero_gradients();
+  const LossSums sums = cell_->train_step(batch_inputs_, batch_labels_, n, std::uint64_t(steps_done_));
+  optimizer_->step(cell_->parameters(), cell_->gradients(),
+                   learning_rate(deck_.optimizer, steps_done_, total_steps_));
+  ++steps_done_;
+  return sums;
+}
+
+template <class T>
+Evaluation Trainer<T>::evaluate(const Dataset& data) {
+  const auto N = deck_.training.batch_size;
+  std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
+  double sums[2] = {0, 0};
+  for (std::int64_t begin = 0; begin < data.samples; begin += N) {
+    const auto n = std::min(N, data.samples - begin);
+    stage_batch(data, order, begin, n);
+    const LossSums s = cell_->evaluate(batch_inputs_, batch_labels_, n);
+    sums[0] += s.loss;
+    sums[1] += double(s.correct);
+  }
+  MPI_Bcast(sums, 2, MPI_DOUBLE, comm_size(comm_) - 1, comm_);
+  return {sums[0] / double(data.samples), sums[1] / double(data.samples)};
+}
+
+template <class T>
+std::vector<EpochReport> Trainer<T>::fit(const Dataset& train, const Dataset& test,
+                                         std::ostream* log) {
+  const auto& t = deck_.training;
+  const bool root = comm_rank(comm_) == 0;
+  const int last = comm_size(comm_) - 1;
+  const auto per_epoch = steps_per_epoch(train.samples);
+  total_steps_ = per_epoch * t.epochs;
+  std::vector<EpochReport> reports;
+  for (std::int64_t epoch = 0; epoch < t.epochs; ++epoch) {
+    const auto order = epoch_order(train.samples, deck_.seed, epoch, t.shuffle);
+    double loss_sum = 0;
+    std::int64_t seen = 0;
+    const double start = now();
+    for (std::int64_t s = 0; s < per_epoch; ++s) {
+      const auto begin = s * t.batch_size;
+      const auto n = std::min(t.batch_size, train.samples - begin);
+      loss_sum += step(train, order, begin, n).loss;
+      seen += n;
+      if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch) {
+        double running = loss_sum;
+        MPI_Bcast(&running, 1, MPI_DOUBLE, last, comm_);
+        if (root && log)
+          *log << fmt::format("  epoch {}/{}  step {:>5}/{}  loss {:.4f}  {:.0f} samples/s\n",
+                              epoch + 1, t.epochs, s + 1, per_epoch, running / double(seen),
+                              double(seen) / (now() - start))
+               << std::flush;
+      }
+    }
+    compat::fence("gpipe::Trainer::epoch");
+    MPI_Barrier(comm_);
+    EpochReport r;
+    r.epoch = epoch + 1;
+    r.seconds = now() - start;
+    r.samples_per_second = double(seen) / r.seconds;
+    MPI_Bcast(&loss_sum, 1, MPI_DOUBLE, last, comm_);
+    r.train_loss = loss_sum / double(seen);
+    r.test = evaluate(test);
+    if (root && log)
+      *log << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test accuracy "
+                          "{:.4f}, {:.0f} samples/s, {:.1f} s\n",
+                          r.epoch, t.epochs, r.train_loss, r.test.loss, r.test.accuracy,
+                          r.samples_per_second, r.seconds)
+           << std::flush;
+    reports.push_back(r);
+  }
+  return reports;
+}
+
+template <class T>
+std::vector<T> Trainer<T>::gather_parameters() const {
+  const int K = comm_size(comm_);
+  auto host = Kokkos::create_mirror_view(cell_->parameters());
+  Kokkos::deep_copy(host, cell_->parameters());
+  int local = int(host.extent(0));
+  std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
+  MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_);
+  std::vector<T> all;
+  if (comm_rank(comm_) == 0) {
+    for (int k = 1; k < K; ++k) displs[size_t(k)] = displs[size_t(k) - 1] + counts[size_t(k) - 1];
+    all.resize(size_t(displs.back() + counts.back()));
+  }
+  MPI_Gatherv(host.data(), local, mpi_type<T>(), all.data(), counts.data(), displs.data(),
+              mpi_type<T>(), 0, comm_);
+  return all;
+}
+
+template <class T>
+std::vector<std::int64_t> Trainer<T>::gather_activation_bytes() const {
+  std::vector<std::int64_t> out(static_cast<size_t>(comm_size(comm_)));
+  const std::int64_t mine = cell_->activation_bytes();
+  MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, comm_);
+  return out;
+}
+
+template class Trainer<float>;
+template class Trainer<double>;
+template std::vector<double> layer_costs<float>(const ModelSpec&, const std::string&, std::int64_t,
+                                                MPI_Comm);
+template std::vector<double> layer_costs<double>(const ModelSpec&, const std::string&,
+                                                 std::int64_t, MPI_Comm);
+
+}  // namespace gpipe
