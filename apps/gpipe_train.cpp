@@ -65,6 +65,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
                                         deck.data.train_limit, norm, true, first);
     test_set = gpipe::load_idx_dataset(deck.data.test_images, deck.data.test_labels,
                                        deck.data.test_limit, norm, false, first);
+    if (first && train_set.features != deck.model.input_features)
+      throw gpipe::InputError(fmt::format("{}: samples have {} features but model.input is {}",
+                                          deck.data.train_images, train_set.features,
+                                          deck.model.input_features));
     if (last) {
       gpipe::check_labels(train_set, deck.model.classes());
       gpipe::check_labels(test_set, deck.model.classes());

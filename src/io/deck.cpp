@@ -38,15 +38,20 @@ const std::map<std::string, std::vector<std::string>>& layer_keys() {
   return keys;
 }
 
+// Values given with --set: their YAML marks point into the --set text, not the deck.
+thread_local std::vector<YAML::Node> overridden_nodes;
+
 // Reads typed values from one YAML map, with positions in every message.
 class Section {
  public:
   Section(const YAML::Node& node, std::string path, std::string file)
       : node_(node), path_(std::move(path)), file_(std::move(file)) {}
 
+  // "file:line:column" of a node, or "file (--set)" for an overridden value.
   std::string where(const YAML::Node& n) const {
+    for (const auto& o : overridden_nodes)
+      if (n.IsDefined() && o.is(n)) return file_ + " (--set)";
     const auto mark = n.Mark();
-    if (mark.line < 0) return file_ + " (--set)";
     return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
   }
   std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -168,7 +173,8 @@ ModelSpec read_model(const Section& s) {
   return model;
 }
 
-void apply_override(YAML::Node& root, const std::string& assignment) {
+// Applies "key=value" to the deck; returns the node now holding the value.
+YAML::Node apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw InputError(fmt::format("--set '{}': expected key=value, e.g. --set optimizer.lr=0.01",
@@ -190,6 +196,7 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     YAML::Node sec = root[key.substr(0, dot)];
     sec[key.substr(dot + 1)] = parsed;
   }
+  return parsed;
 }
 
 }  // namespace
@@ -221,7 +228,8 @@ Deck parse_deck(const std::string& text, const std::string& name,
     throw InputError(fmt::format("{}: expected a YAML map of sections (model, data, training, "
                                  "optimizer, pipeline)",
                                  name));
-  for (const auto& o : overrides) apply_override(root, o);
+  overridden_nodes.clear();
+  for (const auto& o : overrides) overridden_nodes.push_back(apply_override(root, o));
   Section top(root, "", name);
   top.only(schema().at(""));
 

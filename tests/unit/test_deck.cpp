@@ -1,0 +1,151 @@
+// The input deck: a valid deck, and each malformed-deck case with its exact error.
+
+#include <gtest/gtest.h>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/io/deck.hpp"
+
+namespace gpipe {
+namespace {
+
+const char* kDeck = R"(seed: 3
+model:
+  input: 4
+  layers:
+    - {type: dense, units: 8, init: glorot}
+    - {type: gelu}
+    - {type: dropout, rate: 0.25}
+    - {type: layer_norm}
+    - {type: dense, units: 3}
+data:
+  train_images: ti
+  train_labels: tl
+  test_images: si
+  test_labels: sl
+training:
+  epochs: 2
+  batch_size: 16
+  micro_batches: 4
+optimizer: {type: sgd, lr: 0.1}
+pipeline: {balance: [2, 3], remat: except_last}
+)";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_deck(text, "deck.yaml", sets);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(Deck, ParsesEverySection) {
+  const Deck d = parse_deck(kDeck, "deck.yaml");
+  EXPECT_EQ(d.seed, 3u);
+  EXPECT_EQ(d.precision, "float");
+  EXPECT_EQ(d.model.input_features, 4);
+  ASSERT_EQ(d.model.layers.size(), 5u);
+  EXPECT_EQ(d.model.layers[0].init, Init::Glorot);
+  EXPECT_EQ(d.model.layers[2].rate, 0.25);
+  EXPECT_EQ(d.model.classes(), 3);
+  EXPECT_EQ(d.data.train_labels, "tl");
+  EXPECT_EQ(d.training.micro_batches, 4);
+  EXPECT_EQ(d.optimizer.type, "sgd");
+  EXPECT_EQ(d.pipeline.balance, "explicit");
+  EXPECT_EQ(d.pipeline.counts, (std::vector<int>{2, 3}));
+  EXPECT_EQ(d.pipeline.remat, Remat::ExceptLast);
+}
+
+TEST(Deck, SetOverridesValues) {
+  const Deck d = parse_deck(kDeck, "deck.yaml",
+                            {"training.epochs=5", "optimizer.lr=0.5", "pipeline.balance=flops",
+                             "precision=double"});
+  EXPECT_EQ(d.training.epochs, 5);
+  EXPECT_EQ(d.optimizer.lr, 0.5);
+  EXPECT_EQ(d.pipeline.balance, "flops");
+  EXPECT_EQ(d.precision, "double");
+}
+
+TEST(DeckErrors, UnknownLayerType) {
+  EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv2d}")),
+            "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv2d' (expected one of: "
+            "dense, relu, gelu, tanh, layer_norm, dropout)");
+}
+
+TEST(DeckErrors, InconsistentSizes) {
+  EXPECT_EQ(error_of(replace(kDeck, "units: 3}", "units: 0}")),
+            "deck.yaml:9:28: model.layers[4].units: expected a positive integer, got 0");
+  EXPECT_EQ(error_of(replace(kDeck, "units: 3}", "units: 1}")),
+            "model.layers: the last layer must output at least 2 class logits, got 1");
+  EXPECT_EQ(error_of(replace(kDeck, "micro_batches: 4", "micro_batches: 17")),
+            "deck.yaml:18:18: training.micro_batches: 17 micro-batches cannot split a batch of 16 "
+            "samples");
+}
+
+TEST(DeckErrors, NegativeBatch) {
+  EXPECT_EQ(error_of(replace(kDeck, "batch_size: 16", "batch_size: -16")),
+            "deck.yaml:17:15: training.batch_size: expected a positive integer, got -16");
+}
+
+TEST(DeckErrors, MissingField) {
+  EXPECT_EQ(error_of(replace(kDeck, "  epochs: 2\n", "")),
+            "deck.yaml:16:3: missing required field 'training.epochs' (a positive integer)");
+  EXPECT_EQ(error_of(replace(kDeck, "  test_labels: sl\n", "")),
+            "deck.yaml:11:3: missing required field 'data.test_labels' (a file path)");
+}
+
+TEST(DeckErrors, MissingSection) {
+  EXPECT_EQ(error_of(replace(kDeck, "training:", "trainin:")),
+            "deck.yaml:15:1: unknown key 'trainin' in the deck (expected one of: seed, precision, "
+            "model, data, training, optimizer, pipeline)");
+}
+
+TEST(DeckErrors, WrongType) {
+  EXPECT_EQ(error_of(replace(kDeck, "epochs: 2", "epochs: two")),
+            "deck.yaml:16:11: training.epochs: expected a positive integer, got 'two'");
+}
+
+TEST(DeckErrors, YamlSyntax) {
+  EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: gelu")),
+            "deck.yaml:8:5: YAML syntax error: illegal block entry");
+}
+
+TEST(DeckErrors, UnknownKeyInSection) {
+  EXPECT_EQ(error_of(replace(kDeck, "lr: 0.1", "learning_rate: 0.1")),
+            "deck.yaml:19:24: unknown key 'learning_rate' in optimizer (expected one of: type, lr, "
+            "momentum, beta1, beta2, eps, weight_decay, schedule)");
+}
+
+TEST(DeckErrors, UnknownSetKey) {
+  const std::string e = error_of(kDeck, {"training.epoch=3"});
+  EXPECT_EQ(e.rfind("unknown --set key 'training.epoch' (known keys: ", 0), 0u) << e;
+  EXPECT_NE(e.find("training.epochs"), std::string::npos);
+  EXPECT_EQ(error_of(kDeck, {"training.epochs"}),
+            "--set 'training.epochs': expected key=value, e.g. --set optimizer.lr=0.01");
+  EXPECT_EQ(error_of(kDeck, {"training.epochs=0"}),
+            "deck.yaml (--set): training.epochs: expected a positive integer, got 0");
+}
+
+TEST(DeckErrors, BadRemat) {
+  EXPECT_EQ(error_of(replace(kDeck, "remat: except_last", "remat: sometimes")),
+            "deck.yaml:20:36: pipeline.remat: unknown re-materialization mode 'sometimes' "
+            "(expected never, always or except_last)");
+}
+
+TEST(DeckErrors, MissingFile) {
+  try {
+    load_deck("/nonexistent/deck.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "/nonexistent/deck.yaml: cannot open input deck (missing or unreadable)");
+  }
+}
+
+}  // namespace
+}  // namespace gpipe
