@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent set-up on Debian 12: installs the Debian packages gpipe-kokkos
+# needs (only those missing), then configures and builds into build/ (-j2).
+# On a cluster, skip this script: see README.md, "On a cluster".
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(
+  cmake g++ make pkg-config
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
+  libgtest-dev libbenchmark-dev
+  libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist python3-h5py python3-matplotlib
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build build -j2
