@@ -16,6 +16,7 @@
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/io/trace_file.hpp"
 #include "gpipe/train/trainer.hpp"
 
 namespace {
@@ -27,6 +28,8 @@ struct Options {
   std::string deck;
   std::vector<std::string> sets;
   std::string summary;
+  std::string restart;
+  std::string trace;
 };
 
 // Writes `text` to `path` atomically: a temporary file, then rename().
@@ -73,6 +76,17 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
       gpipe::check_labels(train_set, deck.model.classes());
       gpipe::check_labels(test_set, deck.model.classes());
     }
+    if (!options.restart.empty()) {
+      const std::string path = options.restart == "latest"
+                                   ? gpipe::latest_checkpoint(deck.checkpoint.directory.empty()
+                                                                  ? std::string(".")
+                                                                  : deck.checkpoint.directory)
+                                   : options.restart;
+      const auto info = trainer->load_checkpoint(path);
+      if (root)
+        fmt::print("gpipe-train: restarting from {} (step {}, epoch {})\n", path, info.step,
+                   info.epoch + 1);
+    }
     if (train_set.samples < deck.training.batch_size)
       throw gpipe::InputError(fmt::format("{}: {} training samples, fewer than training.batch_size = {}",
                                           deck.data.train_images, train_set.samples,
@@ -115,6 +129,24 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   const auto reports = trainer->fit(train_set, test_set, root ? &std::cout : nullptr);
   const double seconds = MPI_Wtime() - start;
 
+  const auto trace = gpipe::gather_trace(trainer->tracer(), MPI_COMM_WORLD);
+  if (root && !deck.trace.file.empty()) {
+    gpipe::TraceHeader header;
+    header.ranks = ranks;
+    header.micro_batches = M;
+    header.batch_size = deck.training.batch_size;
+    header.remat = gpipe::to_string(deck.pipeline.remat);
+    header.deck = deck.path;
+    header.bubble_fraction_analytical = gpipe::bubble_fraction(ranks, M);
+    gpipe::write_trace_file(deck.trace.file, header, trace);
+    fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
+               trace.measured_bubble(), header.bubble_fraction_analytical);
+  }
+  if (reports.empty()) {
+    if (root) fmt::print("gpipe-train: nothing to train: the checkpoint is already at the last epoch\n");
+    return 0;
+  }
+
   if (root && !options.summary.empty()) {
     nlohmann::json j;
     const auto& r = reports.back();
@@ -129,6 +161,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     j["partition"] = p.counts;
     j["imbalance"] = p.imbalance(trainer->costs());
     j["bubble_fraction_analytical"] = gpipe::bubble_fraction(ranks, M);
+    if (!deck.trace.file.empty()) {
+      j["bubble_fraction_measured"] = trace.measured_bubble();
+      j["trace"] = deck.trace.file;
+    }
     j["activation_bytes_per_cell"] = bytes;
     j["test_accuracy"] = r.test.accuracy;
     j["test_loss"] = r.test.loss;
@@ -179,6 +215,14 @@ int main(int argc, char** argv) {
   app.add_option("--summary", options.summary,
                  "Write a JSON run summary (test_accuracy, train_loss, samples_per_second, epochs, "
                  "ranks, partition, ...) to this path when training completes");
+  app.add_option("--restart", options.restart,
+                 "Restart from a checkpoint: a ckpt_*.h5 path, or 'latest' (the newest complete "
+                 "one in checkpoint.directory); it may have been written with another number of ranks")
+      ->type_name("PATH|latest");
+  app.add_option("--trace", options.trace,
+                 "Record a timeline of every trace.every-th step on every rank into this HDF5 file "
+                 "(same as --set trace.file=PATH)")
+      ->type_name("PATH.h5");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
   try {
     app.parse(argc, argv);
@@ -189,7 +233,9 @@ int main(int argc, char** argv) {
   gpipe::Deck deck;
   std::string error;
   try {
-    deck = gpipe::load_deck(options.deck, options.sets);
+    auto sets = options.sets;
+    if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
+    deck = gpipe::load_deck(options.deck, sets);
   } catch (const gpipe::InputError& e) {
     error = e.what();
   }

@@ -34,7 +34,12 @@ else()
 endif()
 
 find_package(MPI REQUIRED COMPONENTS CXX)
+set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "gpipe: checkpoints need a parallel (MPI) HDF5 build; found a serial one "
+                      "(Debian: apt-get install libhdf5-openmpi-dev; clusters: load the MPI HDF5 module)")
+endif()
 find_package(yaml-cpp REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(fmt REQUIRED)

@@ -17,7 +17,8 @@ namespace {
 // Schema: the keys each section accepts. Scalars listed here are settable.
 const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline"}},
+      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline", "checkpoint",
+            "trace"}},
       {"model", {"input", "layers"}},
       {"data",
        {"format", "train_images", "train_labels", "test_images", "test_labels", "normalize",
@@ -26,6 +27,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
       {"pipeline", {"balance", "remat"}},
+      {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
+      {"trace", {"file", "every"}},
   };
   return keys;
 }
@@ -314,6 +317,21 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.pipeline.remat =
       parse_remat(p.get<std::string>("remat", "never", "never, always or except_last"),
                   p.has("remat") ? p.where(p.raw("remat")) + ": pipeline.remat" : "pipeline.remat");
+
+  const Section c = section(root, "checkpoint", name, false);
+  deck.checkpoint.directory = c.get<std::string>("directory", "", "a directory path");
+  deck.checkpoint.every_steps = c.get<std::int64_t>("every_steps", 0, "a non-negative integer");
+  deck.checkpoint.every_epochs = c.get<std::int64_t>("every_epochs", 1, "a non-negative integer");
+  deck.checkpoint.keep = c.get<int>("keep", 2, "a positive integer");
+  positive(deck.checkpoint.keep > 0, c, "keep", deck.checkpoint.keep);
+  if (deck.checkpoint.every_steps < 0 || deck.checkpoint.every_epochs < 0)
+    throw InputError(fmt::format("{}: checkpoint.every_steps and checkpoint.every_epochs must be >= 0",
+                                 c.where(c.node())));
+
+  const Section tr = section(root, "trace", name, false);
+  deck.trace.file = tr.get<std::string>("file", "", "a file path");
+  deck.trace.every = tr.get<std::int64_t>("every", 10, "a positive integer");
+  positive(deck.trace.every > 0, tr, "every", deck.trace.every);
 
   YAML::Emitter out;
   out << root;

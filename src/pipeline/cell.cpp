@@ -124,23 +124,30 @@ Matrix<T> Cell<T>::layer_output(int m, int layer) const {
 template <class T>
 void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
   const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, training};
-  if (!is_first() && whole_cell) inputs_[size_t(m)].wait();
-  const int count = whole_cell ? int(layers_.size()) : int(layers_.size()) - 1;
-  for (int l = 0; l < count; ++l)
-    layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l));
-  if (!whole_cell) return;  // a recompute stops before the cell output
   const auto& mb = split_[size_t(m)];
-  if (is_last()) {
-    auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
-    const Matrix<T> dlogits =
-        training ? Matrix<T>(logit_grads_[size_t(m)].data(), mb.size, out_features_) : Matrix<T>();
-    const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
-                                      T(1.0 / double(batch_size_)), dlogits);
-    sums.loss += s.loss;
-    sums.correct += s.correct;
-  } else {
-    outputs_[size_t(m)].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
+  if (!is_first() && whole_cell) {
+    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
+    inputs_[size_t(m)].wait();
   }
+  {
+    const Tracer::Scope compute(tracer_, whole_cell ? EventKind::Forward : EventKind::Recompute, m);
+    const int count = whole_cell ? int(layers_.size()) : int(layers_.size()) - 1;
+    for (int l = 0; l < count; ++l)
+      layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l));
+    if (!whole_cell) return;  // a recompute stops before the cell output
+    if (is_last()) {
+      auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
+      const Matrix<T> dlogits =
+          training ? Matrix<T>(logit_grads_[size_t(m)].data(), mb.size, out_features_) : Matrix<T>();
+      const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
+                                        T(1.0 / double(batch_size_)), dlogits);
+      sums.loss += s.loss;
+      sums.correct += s.correct;
+      return;
+    }
+  }
+  const Tracer::Scope send(tracer_, EventKind::Send, m, mb.size * out_features_ * std::int64_t(sizeof(T)));
+  outputs_[size_t(m)].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
 }
 
 template <class T>
@@ -151,22 +158,28 @@ void Cell<T>::backward(int m) {
   if (is_last()) {
     dy = Matrix<T>(logit_grads_[size_t(m)].data(), n, out_features_);
   } else {
+    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
     output_grads_[size_t(m)].wait();
     dy = output_grads_[size_t(m)].rows(n);
   }
-  const int count = int(layers_.size());
-  for (int l = count - 1; l >= 0; --l) {
-    Matrix<T> dx;
-    if (l > 0) {
-      T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
-      dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
-    } else if (!is_first()) {
-      dx = input_grads_[size_t(m)].rows(n);
+  {
+    const Tracer::Scope compute(tracer_, EventKind::Backward, m);
+    const int count = int(layers_.size());
+    for (int l = count - 1; l >= 0; --l) {
+      Matrix<T> dx;
+      if (l > 0) {
+        T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
+        dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
+      } else if (!is_first()) {
+        dx = input_grads_[size_t(m)].rows(n);
+      }
+      layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx);
+      dy = dx;
     }
-    layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx);
-    dy = dx;
   }
-  if (!is_first()) input_grads_[size_t(m)].post_send(comm(), rank() - 1, backward_tag(m), n);
+  if (is_first()) return;
+  const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
+  input_grads_[size_t(m)].post_send(comm(), rank() - 1, backward_tag(m), n);
 }
 
 template <class T>
@@ -194,14 +207,21 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
     kept_now_[size_t(m)] = training ? !schedule.rematerialized[size_t(m)] : !kept_[size_t(m)].empty();
 
   // Post every receive of the step up front so transfers overlap compute.
-  for (int m = 0; m < M; ++m) {
-    const auto rows = split_[size_t(m)].size;
-    if (!is_first())
-      inputs_[size_t(m)].post_recv(comm(), rank() - 1, forward_tag(m), rows,
-                                   fmt::format("forward activation of micro-batch {}", m));
-    if (training && !is_last())
-      output_grads_[size_t(m)].post_recv(comm(), rank() + 1, backward_tag(m), rows,
-                                         fmt::format("gradient of micro-batch {}", m));
+  std::int64_t expected_bytes = 0;
+  for (int m = 0; m < M; ++m)
+    expected_bytes += split_[size_t(m)].size * std::int64_t(sizeof(T)) *
+                      ((is_first() ? 0 : in_features_) + (training && !is_last() ? out_features_ : 0));
+  {
+    const Tracer::Scope receive(tracer_, EventKind::Receive, -1, expected_bytes);
+    for (int m = 0; m < M; ++m) {
+      const auto rows = split_[size_t(m)].size;
+      if (!is_first())
+        inputs_[size_t(m)].post_recv(comm(), rank() - 1, forward_tag(m), rows,
+                                     fmt::format("forward activation of micro-batch {}", m));
+      if (training && !is_last())
+        output_grads_[size_t(m)].post_recv(comm(), rank() + 1, backward_tag(m), rows,
+                                           fmt::format("gradient of micro-batch {}", m));
+    }
   }
   LossSums sums;
   for (const Op& op : schedule.ops[size_t(rank())]) {
@@ -211,6 +231,7 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
       case OpKind::Backward: backward(op.micro_batch); break;
     }
   }
+  const Tracer::Scope wait(tracer_, EventKind::Wait, -1);
   for (auto& b : outputs_) b.wait();
   for (auto& b : input_grads_) b.wait();
   return sums;

@@ -91,6 +91,9 @@ Trainer<T>::Trainer(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) 
   options.seed = deck.seed;
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, comm, options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  MPI_Barrier(comm);
+  tracer_ = Tracer(MPI_Wtime());
+  cell_->set_tracer(&tracer_);
   if (cell_->is_first()) {
     batch_inputs_ = Matrix<T>("gpipe::Trainer::batch_inputs", deck.training.batch_size,
                               deck.model.input_features);
@@ -134,10 +137,19 @@ template <class T>
 LossSums Trainer<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                           std::int64_t begin, std::int64_t n) {
   stage_batch(data, order, begin, n);
-  cell_->zero_gradients();
+  const bool record = !deck_.trace.file.empty() && steps_done_ % deck_.trace.every == 0;
+  tracer_.begin_step(steps_done_, record);
+  {
+    const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);
+    cell_->zero_gradients();
+  }
   const LossSums sums = cell_->train_step(batch_inputs_, batch_labels_, n, std::uint64_t(steps_done_));
-  optimizer_->step(cell_->parameters(), cell_->gradients(),
-                   learning_rate(deck_.optimizer, steps_done_, total_steps_));
+  {
+    const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
+    optimizer_->step(cell_->parameters(), cell_->gradients(),
+                     learning_rate(deck_.optimizer, steps_done_, total_steps_));
+  }
+  tracer_.end_step(cell_->activation_bytes());
   ++steps_done_;
   return sums;
 }
@@ -162,21 +174,32 @@ template <class T>
 std::vector<EpochReport> Trainer<T>::fit(const Dataset& train, const Dataset& test,
                                          std::ostream* log) {
   const auto& t = deck_.training;
+  const auto& c = deck_.checkpoint;
   const bool root = comm_rank(comm_) == 0;
   const int last = comm_size(comm_) - 1;
   const auto per_epoch = steps_per_epoch(train.samples);
+  steps_per_epoch_ = per_epoch;
   total_steps_ = per_epoch * t.epochs;
+  std::int64_t saved_at = -1;
+  auto checkpoint = [&] {
+    if (c.directory.empty() || saved_at == steps_done_) return;
+    save_checkpoint(checkpoint_path(c.directory, steps_done_));
+    if (root) prune_checkpoints(c.directory, c.keep);
+    saved_at = steps_done_;
+    if (root && log) *log << fmt::format("  checkpoint {}\n", checkpoint_path(c.directory, steps_done_));
+  };
   std::vector<EpochReport> reports;
-  for (std::int64_t epoch = 0; epoch < t.epochs; ++epoch) {
+  for (std::int64_t epoch = steps_done_ / per_epoch; epoch < t.epochs; ++epoch) {
     const auto order = epoch_order(train.samples, deck_.seed, epoch, t.shuffle);
     double loss_sum = 0;
     std::int64_t seen = 0;
     const double start = now();
-    for (std::int64_t s = 0; s < per_epoch; ++s) {
+    for (std::int64_t s = steps_done_ - epoch * per_epoch; s < per_epoch; ++s) {
       const auto begin = s * t.batch_size;
       const auto n = std::min(t.batch_size, train.samples - begin);
       loss_sum += step(train, order, begin, n).loss;
       seen += n;
+      if (c.every_steps > 0 && steps_done_ % c.every_steps == 0) checkpoint();
       if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch) {
         double running = loss_sum;
         MPI_Bcast(&running, 1, MPI_DOUBLE, last, comm_);
@@ -194,7 +217,7 @@ std::vector<EpochReport> Trainer<T>::fit(const Dataset& train, const Dataset& te
     r.seconds = now() - start;
     r.samples_per_second = double(seen) / r.seconds;
     MPI_Bcast(&loss_sum, 1, MPI_DOUBLE, last, comm_);
-    r.train_loss = loss_sum / double(seen);
+    r.train_loss = seen > 0 ? loss_sum / double(seen) : 0.0;
     r.test = evaluate(test);
     if (root && log)
       *log << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test accuracy "
@@ -203,8 +226,56 @@ std::vector<EpochReport> Trainer<T>::fit(const Dataset& train, const Dataset& te
                           r.samples_per_second, r.seconds)
            << std::flush;
     reports.push_back(r);
+    if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) checkpoint();
   }
   return reports;
+}
+
+template <class T>
+void Trainer<T>::save_checkpoint(const std::string& path) {
+  CheckpointShard<T> shard;
+  shard.first_layer = cell_->first_layer();
+  shard.layer_count = int(cell_->layers().size());
+  auto host = [](const Vector<T>& v) {
+    auto h = Kokkos::create_mirror_view(v);
+    Kokkos::deep_copy(h, v);
+    return std::vector<T>(h.data(), h.data() + h.extent(0));
+  };
+  shard.parameters = host(cell_->parameters());
+  for (const auto& [name, values] : optimizer_->state()) shard.optimizer_state.emplace_back(name, host(values));
+  CheckpointInfo info;
+  info.step = steps_done_;
+  info.epoch = steps_per_epoch_ > 0 ? steps_done_ / steps_per_epoch_ : 0;
+  info.seed = deck_.seed;
+  info.precision = sizeof(T) == 4 ? "float" : "double";
+  info.optimizer = deck_.optimizer.type;
+  info.optimizer_steps = optimizer_->steps();
+  info.deck = deck_.text;
+  write_checkpoint(path, deck_.model, info, shard, comm_);
+}
+
+template <class T>
+CheckpointInfo Trainer<T>::load_checkpoint(const std::string& path) {
+  CheckpointShard<T> shard;
+  shard.first_layer = cell_->first_layer();
+  shard.layer_count = int(cell_->layers().size());
+  const auto state = optimizer_->state();
+  for (const auto& [name, values] : state) shard.optimizer_state.emplace_back(name, std::vector<T>());
+  const CheckpointInfo info = read_checkpoint(path, deck_.model, deck_.optimizer.type, shard, comm_);
+  auto device = [](const std::vector<T>& from, const Vector<T>& to) {
+    auto h = Kokkos::create_mirror_view(to);
+    std::copy(from.begin(), from.end(), h.data());
+    Kokkos::deep_copy(to, h);
+  };
+  device(shard.parameters, cell_->parameters());
+  for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
+  optimizer_->set_steps(info.optimizer_steps);
+  steps_done_ = info.step;
+  if (info.seed != deck_.seed && comm_rank(comm_) == 0)
+    spdlog::warn("{}: written with seed {}, the deck has seed {}: the data order and Dropout masks "
+                 "differ from an uninterrupted run",
+                 path, info.seed, deck_.seed);
+  return info;
 }
 
 template <class T>

@@ -103,7 +103,7 @@ TEST(DeckErrors, MissingField) {
 TEST(DeckErrors, MissingSection) {
   EXPECT_EQ(error_of(replace(kDeck, "training:", "trainin:")),
             "deck.yaml:15:1: unknown key 'trainin' in the deck (expected one of: seed, precision, "
-            "model, data, training, optimizer, pipeline)");
+            "model, data, training, optimizer, pipeline, checkpoint, trace)");
 }
 
 TEST(DeckErrors, WrongType) {

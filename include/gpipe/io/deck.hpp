@@ -33,6 +33,18 @@ struct PipelineSpec {
   Remat remat = Remat::Never;
 };
 
+struct CheckpointSpec {
+  std::string directory;         ///< where ckpt_*.h5 go ("" = no checkpoints)
+  std::int64_t every_steps = 0;  ///< write every n optimizer steps (0 = off)
+  std::int64_t every_epochs = 1; ///< write at the end of every n-th epoch (0 = off)
+  int keep = 2;                  ///< complete checkpoints kept; older ones are removed
+};
+
+struct TraceSpec {
+  std::string file;              ///< HDF5 trace file ("" = no trace)
+  std::int64_t every = 10;       ///< record every n-th step (>= 1)
+};
+
 struct Deck {
   std::string path;                 ///< file the deck came from
   std::string text;                 ///< the deck after --set overrides, as YAML
@@ -43,6 +55,8 @@ struct Deck {
   TrainingSpec training;
   OptimizerSpec optimizer;
   PipelineSpec pipeline;
+  CheckpointSpec checkpoint;
+  TraceSpec trace;
 };
 
 /// Reads and validates the deck at `path`, applying `overrides`

@@ -36,6 +36,8 @@ class Optimizer {
   virtual void step(Vector<T> params, ConstVector<T> grads, double lr) = 0;
   /// Number of step() calls so far (Adam's t).
   std::int64_t steps() const { return steps_; }
+  /// Restores the step count (from a checkpoint).
+  void set_steps(std::int64_t steps) { steps_ = steps; }
   /// Named state buffers (P elements each), for checkpoints.
   virtual std::vector<std::pair<std::string, Vector<T>>> state() = 0;
 

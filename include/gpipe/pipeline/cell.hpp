@@ -10,6 +10,7 @@
 #include "gpipe/model/partition.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
 #include "gpipe/pipeline/schedule.hpp"
+#include "gpipe/pipeline/trace.hpp"
 #include "gpipe/pipeline/transport.hpp"
 
 namespace gpipe {
@@ -69,6 +70,10 @@ class Cell {
   /// cell-output buffers (see docs/design.md, "Activation memory").
   std::int64_t activation_bytes() const { return activation_bytes_; }
 
+  /// Records the cell's operations into `tracer` (null: no tracing) during
+  /// the steps the tracer is recording.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
  private:
   LossSums run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
                std::int64_t n, std::uint64_t step, bool training);
@@ -97,6 +102,7 @@ class Cell {
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
   SoftmaxCrossEntropy<T> loss_;
   std::int64_t activation_bytes_ = 0;
+  Tracer* tracer_ = nullptr;
 
   // Per-step state.
   std::vector<MicroBatch> split_;

@@ -6,8 +6,10 @@
 #include <ostream>
 #include <vector>
 
+#include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/io/trace_file.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/pipeline/cell.hpp"
 
@@ -50,9 +52,21 @@ class Trainer {
   /// Forward-only evaluation of all of `data`; the result is valid on every rank.
   Evaluation evaluate(const Dataset& data);
 
-  /// Trains deck.training.epochs epochs, evaluating `test` after each.
-  /// Rank 0 writes progress lines to `log` (may be null).
+  /// Trains until deck.training.epochs epochs are complete (resuming from
+  /// steps_done() after a restart), evaluating `test` after each epoch and
+  /// writing checkpoints as deck.checkpoint asks. Rank 0 writes progress
+  /// lines to `log` (may be null).
   std::vector<EpochReport> fit(const Dataset& train, const Dataset& test, std::ostream* log);
+
+  /// Writes the state (parameters, optimizer state, step) to `path`. Collective.
+  void save_checkpoint(const std::string& path);
+  /// Restores the state from `path`, written with any number of cells.
+  /// Collective; throws InputError (see read_checkpoint) and changes nothing then.
+  CheckpointInfo load_checkpoint(const std::string& path);
+
+  /// The recorder of this rank's timeline (records every deck.trace.every-th
+  /// step when deck.trace.file is set).
+  const Tracer& tracer() const { return tracer_; }
 
   /// All parameters of the model in layer order, gathered on rank 0 (empty
   /// elsewhere): the same layout for every partition. Collective.
@@ -83,6 +97,8 @@ class Trainer {
   typename LabelVector::host_mirror_type batch_labels_host_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
+  std::int64_t steps_per_epoch_ = 0;
+  Tracer tracer_{0.0};
 };
 
 }  // namespace gpipe

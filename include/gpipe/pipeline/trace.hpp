@@ -1,0 +1,88 @@
+#pragma once
+// Timelines of pipeline steps: what each rank did, when, and how long it
+// waited. Written to HDF5 by write_trace() (docs/file-formats.md, "Traces").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+enum class EventKind : std::int8_t {
+  Forward = 0,    ///< a micro-batch's forward through the cell's layers
+  Backward = 1,   ///< its backward
+  Recompute = 2,  ///< re-materialization of a micro-batch's activations
+  Send = 3,       ///< posting an MPI_Isend (including host staging)
+  Receive = 4,    ///< posting the step's MPI_Irecvs
+  Wait = 5,       ///< blocked on a receive or on send completion: idle
+  Optimizer = 6,  ///< zeroing gradients and the optimizer update
+};
+
+/// One timed operation. Times are seconds since the run's common origin.
+struct TraceEvent {
+  std::int64_t step;
+  std::int8_t kind;          ///< EventKind
+  std::int32_t micro_batch;  ///< -1 when the event has none
+  double start;
+  double end;
+  std::int64_t bytes;        ///< bytes sent or received (0 for compute)
+};
+
+/// Per-rank totals of one recorded step. compute = forward + backward +
+/// recompute + optimizer; comm = send + receive; idle = wait.
+struct StepSummary {
+  std::int64_t step;
+  double start;
+  double end;
+  double step_time;
+  double compute_time;
+  double comm_time;
+  double idle_time;
+  double idle_fraction;  ///< idle_time / step_time
+  std::int64_t peak_activation_bytes;
+};
+
+/// Records events of sampled steps on one rank. Times come from MPI_Wtime
+/// minus `origin` (take the origin right after a barrier so ranks agree).
+class Tracer {
+ public:
+  explicit Tracer(double origin) : origin_(origin) {}
+
+  /// Starts step `step`; events are recorded only if `record`.
+  void begin_step(std::int64_t step, bool record);
+  /// Ends the step and appends its StepSummary (if recorded).
+  void end_step(std::int64_t peak_activation_bytes);
+  bool recording() const { return recording_; }
+  double now() const;
+
+  /// Times an operation while recording: fences the execution space at the
+  /// end so asynchronous kernels are counted.
+  class Scope {
+   public:
+    Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes = 0);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Tracer* tracer_;
+    TraceEvent event_;
+  };
+
+  const std::vector<TraceEvent>& events() const { return events_; }
+  const std::vector<StepSummary>& steps() const { return steps_; }
+
+ private:
+  double origin_;
+  bool recording_ = false;
+  std::int64_t step_ = 0;
+  double step_start_ = 0;
+  std::size_t first_event_ = 0;
+  std::vector<TraceEvent> events_;
+  std::vector<StepSummary> steps_;
+};
+
+/// Mean idle_fraction over `steps` (0 if empty).
+double mean_idle_fraction(const std::vector<StepSummary>& steps);
+
+}  // namespace gpipe

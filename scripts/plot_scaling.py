@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Speedup and parallel efficiency of a scaling study, with the GPipe bubble prediction.
+
+usage: scripts/plot_scaling.py OUT_DIR [-o scaling.png] [--mode strong|weak]
+
+OUT_DIR is what scripts/scaling_study.sh (or scripts/slurm/submit_study.sh)
+writes: study.json ({"mode": "strong"|"weak", "N0": ..., "deck": ...}) and one
+run summary K{k}_M{m}.json per run, with its trace K{k}_M{m}.h5. K and M are
+read from the summaries ("ranks", "micro_batches"), not from the file names.
+
+For each M, with X(K) the throughput (samples_per_second) at K ranks and Kb
+the smallest K run at that M (normally 1):
+  speedup     S(K) = X(K) / X(Kb)   (weak scaling, N = N0*K: the throughput ratio)
+  efficiency  E(K) = S(K) / (K/Kb)
+  predicted   P(K) = B(K) / B(Kb), B(K) = K*M/(M+K-1): balanced cells, no
+              communication cost, only the fill-drain bubble (K-1)/(M+K-1);
+              the same expression for strong and weak scaling.
+Left panel: speedup with the ideal K/Kb and P(K) (dashed); right panel:
+efficiency with the ideal 1 and P(K)/(K/Kb). Also prints the table, with the
+measured bubble (summary key bubble_fraction_measured, else computed from the
+trace: mean over ranks and sampled steps of idle_time/step_time) next to the
+analytical one. See docs/scaling-studies.md.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+PROG = "plot_scaling.py"
+REQUIRED = ("ranks", "micro_batches", "batch_size", "samples_per_second")
+
+
+def die(msg):
+    sys.exit(f"{PROG}: error: {msg}")
+
+
+def warn(msg):
+    print(f"{PROG}: warning: {msg}", file=sys.stderr)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        die(f"{path}: no such file")
+    except (OSError, ValueError) as e:
+        die(f"{path}: not valid JSON ({e})")
+
+
+def trace_bubble(path):
+    """Mean over ranks and sampled steps of idle_time/step_time in a trace, or None."""
+    try:
+        import h5py
+        import numpy as np
+    except ImportError:
+        warn(f"cannot read {path} without h5py")
+        return None
+    try:
+        with h5py.File(path, "r") as f:
+            if "ranks" not in f.attrs:
+                die(f"{path}: missing root attribute 'ranks'")
+            fractions = []
+            for r in range(int(f.attrs["ranks"])):
+                name = f"rank_{r:04d}/steps"
+                if name not in f:
+                    die(f"{path}: missing dataset /{name}")
+                st = f[name][()]
+                for field in ("step_time", "idle_time"):
+                    if st.dtype.names is None or field not in st.dtype.names:
+                        die(f"{path}: /{name} lacks field '{field}'")
+                fractions.extend(st["idle_time"] / st["step_time"])
+            return float(np.mean(fractions)) if fractions else None
+    except OSError as e:
+        die(f"{path}: not a readable HDF5 file ({e})")
+
+
+def load_runs(out_dir):
+    runs = {}
+    files = sorted(f for f in glob.glob(os.path.join(out_dir, "K*_M*.json"))
+                   if re.fullmatch(r"K\d+_M\d+\.json", os.path.basename(f)))
+    if not files:
+        die(f"{out_dir}: no run summaries K<k>_M<m>.json")
+    for path in files:
+        s = read_json(path)
+        if not isinstance(s, dict):
+            die(f"{path}: expected a JSON object")
+        missing = [k for k in REQUIRED if k not in s]
+        if missing:
+            die(f"{path}: missing key(s) {', '.join(missing)}")
+        K, M = int(s["ranks"]), int(s["micro_batches"])
+        if (K, M) in runs:
+            die(f"{path}: K={K} M={M} again (also in {runs[K, M]['path']})")
+        bubble = s.get("bubble_fraction_measured")
+        trace = path[:-len(".json")] + ".h5"
+        if bubble is None and os.path.exists(trace):
+            bubble = trace_bubble(trace)
+        runs[K, M] = {"path": path, "N": int(s["batch_size"]), "X": float(s["samples_per_second"]),
+                      "analytical": s.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)),
+                      "measured": math.nan if bubble is None else float(bubble)}
+    return runs
+
+
+def main():
+    doc = "\n\n".join(x for x in __doc__.split("\n\n") if not x.startswith("usage:"))
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out_dir", metavar="OUT_DIR")
+    p.add_argument("-o", "--output", help="PNG to write (default: OUT_DIR/scaling.png)")
+    p.add_argument("--mode", choices=["strong", "weak"], help="override study.json's mode")
+    a = p.parse_args()
+    if not os.path.isdir(a.out_dir):
+        die(f"{a.out_dir}: no such directory")
+
+    study_path = os.path.join(a.out_dir, "study.json")
+    study = {}
+    if os.path.exists(study_path) or not a.mode:
+        study = read_json(study_path)
+        if not isinstance(study, dict) or study.get("mode") not in ("strong", "weak"):
+            die(f"{study_path}: key 'mode' must be \"strong\" or \"weak\"")
+    mode = a.mode or study["mode"]
+    runs = load_runs(a.out_dir)
+
+    N0 = study.get("N0")
+    for (K, M), r in sorted(runs.items()):
+        expect = None if N0 is None else (N0 if mode == "strong" else N0 * K)
+        if expect is not None and r["N"] != expect:
+            warn(f"{r['path']}: batch_size {r['N']}, expected {expect} for {mode} scaling with N0 = {N0}")
+
+    # Import late: the checks above work without matplotlib.
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        die(f"{e}; needs matplotlib (Debian: python3-matplotlib; if python3 is another "
+            f"interpreter, run /usr/bin/python3 {PROG})")
+
+    bubble_model = lambda K, M: K * M / (M + K - 1)
+    label = "speedup" if mode == "strong" else "throughput ratio"
+    print(f"{mode} scaling, {a.out_dir}" + (f", deck {study['deck']}" if "deck" in study else "")
+          + (f", N0 = {N0}" if N0 is not None else ""))
+    print(f"{'K':>3} {'M':>4} {'N':>6} {'samples/s':>10} {label:>16} {'efficiency':>10} "
+          f"{'predicted':>9} {'bubble meas':>11} {'bubble anal':>11}")
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
+    all_k = sorted({K for K, _ in runs})
+    Kb_all = set()
+    for i, M in enumerate(sorted({M for _, M in runs})):
+        ks = sorted(K for K, m in runs if m == M)
+        Kb = ks[0]
+        Kb_all.add(Kb)
+        if Kb != 1:
+            warn(f"M={M}: no K=1 run; speedups are relative to K={Kb}")
+        base = runs[Kb, M]["X"]
+        S = [runs[K, M]["X"] / base for K in ks]
+        E = [s / (K / Kb) for s, K in zip(S, ks)]
+        P = [bubble_model(K, M) / bubble_model(Kb, M) for K in ks]
+        for K, s, e, pr in zip(ks, S, E, P):
+            r = runs[K, M]
+            print(f"{K:>3} {M:>4} {r['N']:>6} {r['X']:>10.1f} {s:>16.3f} {e:>10.3f} {pr:>9.3f} "
+                  f"{r['measured']:>11.3f} {r['analytical']:>11.3f}")
+        color = f"C{i % 10}"
+        ax_s.plot(ks, S, "o-", color=color, label=f"M = {M}")
+        ax_s.plot(ks, P, "--", color=color, alpha=0.7)
+        ax_e.plot(ks, E, "o-", color=color, label=f"M = {M}")
+        ax_e.plot(ks, [pr / (K / Kb) for pr, K in zip(P, ks)], "--", color=color, alpha=0.7)
+
+    kb = min(Kb_all)
+    ax_s.plot(all_k, [K / kb for K in all_k], ":", color="black", label="ideal")
+    ax_e.axhline(1.0, linestyle=":", color="black", label="ideal")
+    ax_s.plot([], [], "--", color="grey", label="bubble model K·M/(M+K-1)")
+    ax_e.plot([], [], "--", color="grey", label="bubble model M/(M+K-1)")
+    rel = "K = 1" if Kb_all == {1} else "the smallest K"
+    ax_s.set_ylabel(f"{label} (relative to {rel})")
+    ax_e.set_ylabel("parallel efficiency" if mode == "strong" else "weak-scaling efficiency")
+    ax_e.set_ylim(0, 1.1)
+    for ax in (ax_s, ax_e):
+        ax.set_xlabel("K (ranks = pipeline cells)")
+        ax.set_xticks(all_k)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    what = (f"fixed N = {N0}" if mode == "strong" else f"N = {N0}·K") if N0 is not None else ""
+    deck = os.path.basename(str(study.get("deck", "")))
+    fig.suptitle(f"{mode} scaling" + (f", {deck}" if deck else "") + (f", {what}" if what else ""))
+    fig.tight_layout()
+    out = a.output or os.path.join(a.out_dir, "scaling.png")
+    fig.savefig(out, dpi=130)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

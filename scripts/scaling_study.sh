@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Local GPipe scaling study: gpipe-train under mpirun for K = 1..P ranks and a
+# list of micro-batch counts M, then the plots. See docs/scaling-studies.md.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+
+usage() {
+  cat <<EOF
+usage: scripts/scaling_study.sh strong|weak [options] [-- extra gpipe-train args]
+
+Runs gpipe-train under mpirun for K = 1..P ranks (one pipeline cell per rank)
+and every M of a list, then draws the plots:
+  strong   fixed global mini-batch N (the deck's training.batch_size, or --batch)
+  weak     N = N0*K (N0: the deck's training.batch_size, or --batch)
+Combinations with M > N are skipped. Every run writes OUT/K{k}_M{m}.json (run
+summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output);
+OUT/study.json records the study. At the end: OUT/scaling.png
+(scripts/plot_scaling.py, which also prints the table) and, for the largest K,
+OUT/timeline_K{k}_M{m}.png (scripts/plot_timeline.py). A failed run is
+reported and the study goes on; the exit status is 1 if any run failed.
+
+options:
+  --max-ranks P           largest K (default: the number of cores, here $cores)
+  --micro-batches "LIST"  values of M (default "1 2 4 8")
+  --deck FILE             input deck (default inputs/deep_mlp.yaml)
+  --batch N               N (strong) or N0 (weak); default: the deck's batch_size
+  --out DIR               output folder (default runs/MODE-YYYYmmdd-HHMMSS)
+  --resume                keep the runs of DIR that have a summary, do the others
+  --dry-run               print the commands, run nothing
+  -h, --help              this help
+  -- ARGS                 passed to every gpipe-train run (not batch_size,
+                          micro_batches, --summary or --trace: set above)
+
+environment: GPIPE_TRAIN (default build/apps/gpipe-train), MPIRUN (default
+mpirun), MPIRUN_ARGS (more launcher options, split on spaces), PYTHON (for the
+plots; needs h5py and matplotlib), OPENBLAS_NUM_THREADS and OMP_NUM_THREADS
+(default 1: one core per rank). With Open MPI, --allow-run-as-root is added
+when run as root and --oversubscribe when K exceeds the cores (timings are
+then not meaningful).
+
+example, a short strong-scaling study (a few minutes on 2 cores):
+  scripts/scaling_study.sh strong --max-ranks 2 --micro-batches "1 4" \\
+      --out runs/quick -- --set data.train_limit=2560 --set data.test_limit=256
+EOF
+}
+
+die() { echo "scaling_study.sh: error: $*" >&2; exit 2; }
+warn() { echo "scaling_study.sh: warning: $*" >&2; }
+
+# ---- arguments
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+case "$1" in
+  -h|--help) usage; exit 0 ;;
+  strong|weak) mode="$1"; shift ;;
+  *) die "first argument must be strong or weak, not '$1' (see --help)" ;;
+esac
+max_ranks="$cores"; mbs="1 2 4 8"; deck="$root/inputs/deep_mlp.yaml"; batch=""; out=""
+resume=false; dry_run=false; extra=()
+need() { if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* ]]; then die "$1 needs a value"; fi; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --max-ranks) need "$@"; max_ranks="$2"; shift 2 ;;
+    --micro-batches) need "$@"; mbs="$2"; shift 2 ;;
+    --deck) need "$@"; deck="$2"; shift 2 ;;
+    --batch) need "$@"; batch="$2"; shift 2 ;;
+    --out) need "$@"; out="$2"; shift 2 ;;
+    --resume) resume=true; shift ;;
+    --dry-run) dry_run=true; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) die "unknown option '$1' (see --help; gpipe-train options go after --)" ;;
+  esac
+done
+is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+is_int "$max_ranks" || die "--max-ranks must be a positive integer, not '$max_ranks'"
+for m in $mbs; do is_int "$m" || die "--micro-batches: '$m' is not a positive integer"; done
+[ -n "${mbs// /}" ] || die "--micro-batches is empty"
+[ -f "$deck" ] || die "$deck: no such deck"
+for a in ${extra[@]+"${extra[@]}"}; do
+  case "$a" in
+    training.batch_size=*|training.micro_batches=*|trace.file=*) die "'$a' is set by the study (see --batch, --micro-batches, --out)" ;;
+    --summary*|--trace*) die "'$a' is chosen by the study; remove it from the arguments after --" ;;
+  esac
+done
+if [ -z "$batch" ]; then
+  batch="$(sed -n 's/^[[:space:]]*batch_size:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$deck" | head -n 1)"
+  [ -n "$batch" ] || die "$deck: no 'batch_size:' line found; pass --batch"
+fi
+is_int "$batch" || die "--batch must be a positive integer, not '$batch'"
+out="${out:-runs/$mode-$(date +%Y%m%d-%H%M%S)}"
+
+# ---- tools
+bin="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
+mpirun="${MPIRUN:-mpirun}"
+trace=true
+if [ -x "$bin" ]; then
+  help="$("$bin" --help 2>&1 || true)"
+  if [[ "$help" != *--trace* ]]; then
+    trace=false; warn "$bin has no --trace option: runs write no trace, no timeline plots"
+  fi
+elif ! $dry_run; then
+  die "$bin: not found or not executable (build with scripts/setup.sh, or set GPIPE_TRAIN)"
+fi
+launcher=("$mpirun")
+openmpi=false
+version="$("$mpirun" --version 2>&1 || true)"
+if [[ "$version" == *"Open MPI"* ]]; then
+  openmpi=true
+  [ "$(id -u)" -ne 0 ] || launcher+=(--allow-run-as-root)
+  launcher+=(-x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS)
+elif [ -z "$version" ] && ! $dry_run; then
+  die "$mpirun: not found (install Open MPI or set MPIRUN)"
+fi
+# shellcheck disable=SC2206  # MPIRUN_ARGS is split on purpose
+launcher+=(${MPIRUN_ARGS:-})
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+
+py=""  # an interpreter with h5py and matplotlib, for the plots
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$p" -c 'import h5py, matplotlib' 2>/dev/null; then py="$p"; break; fi
+done
+pyjson="${py:-python3}"  # the summaries need only the standard library
+
+# ---- output folder and study.json
+if [ -f "$out/study.json" ] && ! $resume && ! $dry_run; then
+  die "$out already holds a study; use --resume to complete it or choose another --out"
+fi
+if ! $dry_run; then
+  mkdir -p "$out"
+  "$pyjson" - "$out/study.json" "$mode" "$batch" "$deck" "$max_ranks" "$mbs" "$bin" \
+      ${extra[@]+"${extra[@]}"} <<'EOF'
+import json, os, sys, time
+path, mode, n0, deck, p, mbs, binary, *extra = sys.argv[1:]
+study = {"mode": mode, "N0": int(n0), "deck": deck, "max_ranks": int(p),
+         "micro_batches": [int(m) for m in mbs.split()], "gpipe_train": binary,
+         "extra_args": extra, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+if os.path.exists(path):
+    old = json.load(open(path))
+    for key in ("mode", "N0", "deck"):
+        if old.get(key) != study[key]:
+            sys.exit(f"scaling_study.sh: error: {path}: {key} is {old.get(key)!r}, "
+                     f"this study has {study[key]!r}; choose another --out")
+json.dump(study, open(path, "w"), indent=2)
+EOF
+fi
+
+summary_line() {  # K M N json seconds
+  "$pyjson" - "$@" <<'EOF'
+import json, sys
+k, m, n, path, secs = sys.argv[1:]
+s = json.load(open(path))
+measured = s.get("bubble_fraction_measured")
+measured = "n/a" if measured is None else f"{measured:.3f}"
+print(f"K={k} M={m} N={n}: {s['samples_per_second']:.1f} samples/s, bubble "
+      f"{s['bubble_fraction_analytical']:.3f} analytical, {measured} measured, {secs} s")
+EOF
+}
+
+# ---- the runs
+echo "$mode scaling: K = 1..$max_ranks, M in {$mbs}, $([ "$mode" = strong ] && echo "N = $batch" || echo "N = $batch*K"), deck $deck -> $out"
+failed=0
+for ((k = 1; k <= max_ranks; k++)); do
+  n=$([ "$mode" = strong ] && echo "$batch" || echo $((batch * k)))
+  for m in $mbs; do
+    name="$out/K${k}_M${m}"
+    if [ "$m" -gt "$n" ]; then echo "K=$k M=$m N=$n: skipped (M > N)"; continue; fi
+    if $resume && [ -f "$name.json" ]; then echo "K=$k M=$m N=$n: kept ($name.json exists)"; continue; fi
+    cmd=("${launcher[@]}")
+    if $openmpi && [ "$k" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
+    cmd+=(-n "$k" "$bin" "$deck" --set "training.batch_size=$n" --set "training.micro_batches=$m"
+          --summary "$name.json")
+    if $trace; then cmd+=(--trace "$name.h5"); fi
+    cmd+=(${extra[@]+"${extra[@]}"})
+    if $dry_run; then echo "${cmd[*]}"; continue; fi
+    rm -f "$name.json" "$name.h5"
+    start=$SECONDS
+    if "${cmd[@]}" >"$name.log" 2>&1; then
+      summary_line "$k" "$m" "$n" "$name.json" $((SECONDS - start))
+    else
+      status=$?
+      failed=$((failed + 1))
+      echo "K=$k M=$m N=$n: FAILED (exit $status) after $((SECONDS - start)) s; see $name.log:"
+      errors="$(grep -i 'error' "$name.log" | head -n 3 || true)"
+      if [ -z "$errors" ]; then errors="$(tail -n 5 "$name.log")"; fi
+      mapfile -t lines <<<"$errors"
+      printf '    %s\n' "${lines[@]}"
+    fi
+  done
+done
+$dry_run && exit 0
+
+# ---- plots
+plot_failed=0
+if [ -z "$py" ]; then
+  warn "no python3 with h5py and matplotlib (set PYTHON); plot later with scripts/plot_scaling.py $out"
+elif compgen -G "$out/K*_M*.json" >/dev/null; then
+  "$py" "$root/scripts/plot_scaling.py" "$out" -o "$out/scaling.png" || plot_failed=1
+  kmax=0
+  for f in "$out"/K*_M*.h5; do
+    [ -f "$f" ] || continue
+    k="${f##*/K}"; k="${k%%_*}"
+    [ "$k" -le "$kmax" ] || kmax="$k"
+  done
+  for m in $mbs; do
+    f="$out/K${kmax}_M${m}.h5"
+    if [ -f "$f" ]; then
+      "$py" "$root/scripts/plot_timeline.py" "$f" -o "$out/timeline_K${kmax}_M${m}.png" >/dev/null \
+        && echo "wrote $out/timeline_K${kmax}_M${m}.png" || plot_failed=1
+    fi
+  done
+fi
+[ "$failed" -eq 0 ] || { echo "scaling_study.sh: $failed run(s) failed" >&2; exit 1; }
+[ "$plot_failed" -eq 0 ] || exit 1

@@ -1,0 +1,60 @@
+#include "gpipe/pipeline/trace.hpp"
+
+#include <mpi.h>
+
+#include "gpipe/core/kokkos_compat.hpp"
+
+namespace gpipe {
+
+double Tracer::now() const { return MPI_Wtime() - origin_; }
+
+void Tracer::begin_step(std::int64_t step, bool record) {
+  recording_ = record;
+  step_ = step;
+  if (!record) return;
+  compat::fence("gpipe::Tracer::begin_step");
+  step_start_ = now();
+  first_event_ = events_.size();
+}
+
+void Tracer::end_step(std::int64_t peak_activation_bytes) {
+  if (!recording_) return;
+  compat::fence("gpipe::Tracer::end_step");
+  StepSummary s{step_, step_start_, now(), 0, 0, 0, 0, 0, peak_activation_bytes};
+  s.step_time = s.end - s.start;
+  for (std::size_t i = first_event_; i < events_.size(); ++i) {
+    const auto& e = events_[i];
+    const double d = e.end - e.start;
+    switch (EventKind(e.kind)) {
+      case EventKind::Send:
+      case EventKind::Receive: s.comm_time += d; break;
+      case EventKind::Wait: s.idle_time += d; break;
+      default: s.compute_time += d; break;
+    }
+  }
+  s.idle_fraction = s.step_time > 0 ? s.idle_time / s.step_time : 0;
+  steps_.push_back(s);
+  recording_ = false;
+}
+
+Tracer::Scope::Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes)
+    : tracer_(tracer && tracer->recording() ? tracer : nullptr) {
+  if (!tracer_) return;
+  event_ = {tracer_->step_, std::int8_t(kind), micro_batch, tracer_->now(), 0, bytes};
+}
+
+Tracer::Scope::~Scope() {
+  if (!tracer_) return;
+  compat::fence("gpipe::Tracer::Scope");
+  event_.end = tracer_->now();
+  tracer_->events_.push_back(event_);
+}
+
+double mean_idle_fraction(const std::vector<StepSummary>& steps) {
+  if (steps.empty()) return 0;
+  double sum = 0;
+  for (const auto& s : steps) sum += s.idle_fraction;
+  return sum / double(steps.size());
+}
+
+}  // namespace gpipe
