@@ -224,8 +224,13 @@ int main(int argc, char** argv) {
                  "(same as --set trace.file=PATH)")
       ->type_name("PATH.h5");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
+  // Kokkos consumes the --kokkos-* options it knows; let other Kokkos
+  // versions' options through rather than reject them.
+  app.allow_extras();
   try {
     app.parse(argc, argv);
+    for (const auto& extra : app.remaining())
+      if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
   }

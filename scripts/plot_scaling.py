@@ -117,6 +117,9 @@ def main():
     study_path = os.path.join(a.out_dir, "study.json")
     study = {}
     if os.path.exists(study_path) or not a.mode:
+        if not os.path.exists(study_path):
+            die(f"{study_path}: no such file (scripts/scaling_study.sh writes it); "
+                "pass --mode strong|weak to plot without it")
         study = read_json(study_path)
         if not isinstance(study, dict) or study.get("mode") not in ("strong", "weak"):
             die(f"{study_path}: key 'mode' must be \"strong\" or \"weak\"")
@@ -136,7 +139,7 @@ def main():
         import matplotlib.pyplot as plt
     except ImportError as e:
         die(f"{e}; needs matplotlib (Debian: python3-matplotlib; if python3 is another "
-            f"interpreter, run /usr/bin/python3 {PROG})")
+            f"interpreter, run /usr/bin/python3 {sys.argv[0]})")
 
     bubble_model = lambda K, M: K * M / (M + K - 1)
     label = "speedup" if mode == "strong" else "throughput ratio"
@@ -160,7 +163,8 @@ def main():
         for K, s, e, pr in zip(ks, S, E, P):
             r = runs[K, M]
             print(f"{K:>3} {M:>4} {r['N']:>6} {r['X']:>10.1f} {s:>16.3f} {e:>10.3f} {pr:>9.3f} "
-                  f"{r['measured']:>11.3f} {r['analytical']:>11.3f}")
+                  f"{'n/a' if math.isnan(r['measured']) else format(r['measured'], '.3f'):>11} "
+                  f"{r['analytical']:>11.3f}")
         color = f"C{i % 10}"
         ax_s.plot(ks, S, "o-", color=color, label=f"M = {M}")
         ax_s.plot(ks, P, "--", color=color, alpha=0.7)

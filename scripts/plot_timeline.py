@@ -27,7 +27,7 @@ try:
     from matplotlib.patches import Patch
 except ImportError as e:
     sys.exit(f"{PROG}: {e}; needs numpy, h5py and matplotlib (Debian: python3-h5py "
-             "python3-matplotlib; if python3 is another interpreter, run /usr/bin/python3 " + PROG + ")")
+             "python3-matplotlib; if python3 is another interpreter, run /usr/bin/python3 " + sys.argv[0] + ")")
 
 DEFAULT_KINDS = {"forward": 0, "backward": 1, "recompute": 2, "send": 3, "receive": 4, "wait": 5,
                  "optimizer": 6}

@@ -13,7 +13,9 @@ usage: scripts/scaling_study.sh strong|weak [options] [-- extra gpipe-train args
 Runs gpipe-train under mpirun for K = 1..P ranks (one pipeline cell per rank)
 and every M of a list, then draws the plots:
   strong   fixed global mini-batch N (the deck's training.batch_size, or --batch)
-  weak     N = N0*K (N0: the deck's training.batch_size, or --batch)
+  weak     N = N0*K (N0: the deck's training.batch_size, or --batch), and
+           data.train_limit = L0*K (L0: the deck's, or data.train_limit=L0
+           after --), so every run does the same number of steps
 Combinations with M > N are skipped. Every run writes OUT/K{k}_M{m}.json (run
 summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output);
 OUT/study.json records the study. At the end: OUT/scaling.png
@@ -89,6 +91,13 @@ if [ -z "$batch" ]; then
   [ -n "$batch" ] || die "$deck: no 'batch_size:' line found; pass --batch"
 fi
 is_int "$batch" || die "--batch must be a positive integer, not '$batch'"
+# Weak scaling keeps the number of steps too: data.train_limit = L0*K, with L0
+# the last data.train_limit=L0 after --, else the deck's (0: all data, kept).
+limit0="$(sed -n 's/^[[:space:]]*train_limit:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$deck" | head -n 1)"
+for a in ${extra[@]+"${extra[@]}"}; do
+  if [[ "$a" == data.train_limit=* ]]; then limit0="${a#data.train_limit=}"; fi
+done
+limit0="${limit0:-0}"
 out="${out:-runs/$mode-$(date +%Y%m%d-%H%M%S)}"
 
 # ---- tools
@@ -103,15 +112,13 @@ if [ -x "$bin" ]; then
 elif ! $dry_run; then
   die "$bin: not found or not executable (build with scripts/setup.sh, or set GPIPE_TRAIN)"
 fi
+command -v "$mpirun" >/dev/null || $dry_run || die "$mpirun: not found (install Open MPI or set MPIRUN)"
 launcher=("$mpirun")
 openmpi=false
-version="$("$mpirun" --version 2>&1 || true)"
-if [[ "$version" == *"Open MPI"* ]]; then
+if [[ "$("$mpirun" --version 2>&1 || true)" == *"Open MPI"* ]]; then
   openmpi=true
   [ "$(id -u)" -ne 0 ] || launcher+=(--allow-run-as-root)
   launcher+=(-x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS)
-elif [ -z "$version" ] && ! $dry_run; then
-  die "$mpirun: not found (install Open MPI or set MPIRUN)"
 fi
 # shellcheck disable=SC2206  # MPIRUN_ARGS is split on purpose
 launcher+=(${MPIRUN_ARGS:-})
@@ -159,7 +166,8 @@ EOF
 }
 
 # ---- the runs
-echo "$mode scaling: K = 1..$max_ranks, M in {$mbs}, $([ "$mode" = strong ] && echo "N = $batch" || echo "N = $batch*K"), deck $deck -> $out"
+if [ "$mode" = strong ]; then sizes="N = $batch"; else sizes="N = $batch*K, data.train_limit = $limit0*K"; fi
+echo "$mode scaling: K = 1..$max_ranks, M in {$mbs}, $sizes, deck $deck -> $out"
 failed=0
 for ((k = 1; k <= max_ranks; k++)); do
   n=$([ "$mode" = strong ] && echo "$batch" || echo $((batch * k)))
@@ -173,6 +181,7 @@ for ((k = 1; k <= max_ranks; k++)); do
           --summary "$name.json")
     if $trace; then cmd+=(--trace "$name.h5"); fi
     cmd+=(${extra[@]+"${extra[@]}"})
+    if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then cmd+=(--set "data.train_limit=$((limit0 * k))"); fi
     if $dry_run; then echo "${cmd[*]}"; continue; fi
     rm -f "$name.json" "$name.h5"
     start=$SECONDS

@@ -5,6 +5,26 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <string>
+
+namespace {
+// Ranks other than 0 print only their failures, prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestStart(const ::testing::TestInfo& info) override { test_ = info.name(); }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                  r.line_number(), test_.c_str(), r.summary());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -17,6 +37,7 @@ int main(int argc, char** argv) {
     if (rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());
+      listeners.Append(new FailurePrinter(rank));
     }
     result = RUN_ALL_TESTS();
     // A failure on any rank fails the run.

@@ -1,0 +1,291 @@
+// Checkpoints and restart (ctest runs this at 1, 2, 3 and 4 ranks): restart
+// is bitwise invisible with the same and with a different number of cells;
+// damaged or mismatched checkpoints give exact errors and change nothing;
+// traces are consistent.
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../common/test_util.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/train/trainer.hpp"
+
+namespace gpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kLayers =
+    "[{type: dense, units: 10}, {type: gelu}, {type: layer_norm}, {type: dropout, rate: 0.2}, "
+    "{type: dense, units: 8}, {type: tanh}, {type: dense, units: 5}, {type: relu}, "
+    "{type: dense, units: 3}]";
+constexpr std::int64_t kInput = 6, kBatch = 15;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// A directory shared by all ranks, fresh for each test.
+std::string shared_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "gpipe_ckpt_" + name + "_" + std::to_string(world_size());
+  if (world_rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
+const Dataset& data() {
+  static const Dataset d = test::synthetic(kBatch * 3, kInput, 3, 5);
+  return d;
+}
+
+Deck deck(const std::string& layers = kLayers) {
+  return parse_deck(test::deck_text(layers, kInput, kBatch, 4, "double", "{remat: always}"), "d");
+}
+
+// Runs steps [from, to) of the fixed data schedule.
+void run(Trainer<double>& t, std::int64_t from, std::int64_t to) {
+  for (std::int64_t s = from; s < to; ++s) {
+    ASSERT_EQ(t.steps_done(), s);
+    const auto order = epoch_order(data().samples, 7, s / 3, true);
+    t.step(data(), order, (s % 3) * kBatch, kBatch);
+  }
+}
+
+std::vector<double> uninterrupted(MPI_Comm comm, int steps) {
+  Trainer<double> t(deck(), comm);
+  run(t, 0, steps);
+  return t.gather_parameters();
+}
+
+TEST(Restart, SameCellsBitwise) {
+  const std::string dir = shared_dir("same");
+  const auto reference = uninterrupted(MPI_COMM_WORLD, 6);
+  {
+    Trainer<double> first(deck(), MPI_COMM_WORLD);
+    run(first, 0, 3);
+    first.save_checkpoint(checkpoint_path(dir, 3));
+  }
+  Trainer<double> second(deck(), MPI_COMM_WORLD);
+  const CheckpointInfo info = second.load_checkpoint(latest_checkpoint(dir));
+  EXPECT_EQ(info.step, 3);
+  EXPECT_EQ(info.optimizer_steps, 3);
+  run(second, 3, 6);
+  const auto restarted = second.gather_parameters();
+  if (world_rank() == 0) EXPECT_EQ(restarted, reference);
+}
+
+TEST(Restart, DifferentCellsBitwise) {
+  const std::string dir = shared_dir("different");
+  std::vector<double> reference;
+  if (world_rank() == 0) reference = uninterrupted(MPI_COMM_SELF, 6);
+  // K cells write, one cell restarts.
+  {
+    Trainer<double> k(deck(), MPI_COMM_WORLD);
+    run(k, 0, 3);
+    k.save_checkpoint(checkpoint_path(dir, 3));
+  }
+  if (world_rank() == 0) {
+    Trainer<double> one(deck(), MPI_COMM_SELF);
+    one.load_checkpoint(checkpoint_path(dir, 3));
+    run(one, 3, 6);
+    EXPECT_EQ(one.gather_parameters(), reference);
+  }
+  // One cell writes, K cells restart.
+  if (world_rank() == 0) {
+    Trainer<double> one(deck(), MPI_COMM_SELF);
+    run(one, 0, 2);
+    one.save_checkpoint(checkpoint_path(dir, 2));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Trainer<double> k(deck(), MPI_COMM_WORLD);
+  k.load_checkpoint(checkpoint_path(dir, 2));
+  run(k, 2, 6);
+  const auto restarted = k.gather_parameters();
+  if (world_rank() == 0) EXPECT_EQ(restarted, reference);
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The error every rank gets when loading `path` into a trainer of `d`.
+std::string load_error(const Deck& d, const std::string& path) {
+  Trainer<double> t(d, MPI_COMM_WORLD);
+  try {
+    t.load_checkpoint(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Rank 0 edits the checkpoint at `path` with raw HDF5 calls.
+template <class F>
+void edit(const std::string& path, F&& change) {
+  if (world_rank() == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    change(f);
+    H5Fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(CheckpointErrors, ExactMessagesAndNothingOverwritten) {
+  const std::string dir = shared_dir("errors");
+  const std::string good = checkpoint_path(dir, 1);
+  {
+    Trainer<double> t(deck(), MPI_COMM_WORLD);
+    run(t, 0, 1);
+    t.save_checkpoint(good);
+  }
+  EXPECT_FALSE(fs::exists(good + ".tmp"));
+  const std::string before = read_bytes(good);
+  const int K = world_size();
+  const std::string another = dir + "/copy.h5";
+  auto copy = [&](const std::string& to) {
+    if (world_rank() == 0) fs::copy_file(good, to, fs::copy_options::overwrite_existing);
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+
+  // Truncated.
+  const std::string truncated = dir + "/truncated.h5";
+  copy(truncated);
+  if (world_rank() == 0) fs::resize_file(truncated, fs::file_size(truncated) / 2);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string t_error = load_error(deck(), truncated);
+  EXPECT_TRUE(t_error == truncated + ": not a readable HDF5 checkpoint (corrupt or truncated)" ||
+              t_error.find(": reading /layers/") != std::string::npos ||
+              t_error == truncated + ": another rank failed to read its layers")
+      << t_error;
+
+  // Not HDF5 at all.
+  const std::string garbage = dir + "/garbage.h5";
+  if (world_rank() == 0) std::ofstream(garbage) << "not a checkpoint";
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(load_error(deck(), garbage), garbage + ": not a readable HDF5 checkpoint (corrupt or truncated)");
+  EXPECT_EQ(load_error(deck(), dir + "/none.h5"), dir + "/none.h5: checkpoint not found");
+
+  // Unknown format version.
+  copy(another);
+  edit(another, [](hid_t f) {
+    const long long v = 99;
+    const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &v);
+    H5Aclose(a);
+  });
+  EXPECT_EQ(load_error(deck(), another),
+            another + ": format_version 99 is not supported (this build reads 1)");
+
+  // A different model: one layer fewer; a different layer type; another shape.
+  EXPECT_EQ(load_error(deck("[{type: dense, units: 10}, {type: gelu}, {type: layer_norm}, "
+                            "{type: dense, units: 8}, {type: tanh}, {type: dense, units: 5}, "
+                            "{type: relu}, {type: dense, units: 3}]"),
+                       good),
+            good + ": the checkpoint has 9 layers, the model has 8");
+  const std::string relu = "[{type: dense, units: 10}, {type: relu}, {type: layer_norm}, {type: dropout, "
+                           "rate: 0.2}, {type: dense, units: 8}, {type: tanh}, {type: dense, units: 5}, "
+                           "{type: relu}, {type: dense, units: 3}]";
+  const std::string type_error = load_error(deck(relu), good);
+  EXPECT_TRUE(type_error == good + ": missing group /layers/001_relu (the model's layer 1 is a relu layer)" ||
+              (K > 1 && type_error == good + ": another rank failed to read its layers"))
+      << type_error;
+  const std::string wide = "[{type: dense, units: 10}, {type: gelu}, {type: layer_norm}, {type: dropout, "
+                           "rate: 0.2}, {type: dense, units: 9}, {type: tanh}, {type: dense, units: 5}, "
+                           "{type: relu}, {type: dense, units: 3}]";
+  const std::string shape_error = load_error(deck(wide), good);
+  // Widening layer 4 changes the weights of layers 4 and 6; the rank holding each reports it.
+  EXPECT_TRUE(shape_error == good + ": /layers/004_dense/weight has shape 10x8, the model expects 10x9" ||
+              (K > 1 && shape_error == good + ": /layers/006_dense/weight has shape 8x5, the model expects 9x5") ||
+              (K > 1 && shape_error == good + ": another rank failed to read its layers"))
+      << shape_error;
+
+  // Another optimizer's state.
+  Deck sgd = deck();
+  sgd.optimizer.type = "sgd";
+  EXPECT_EQ(load_error(sgd, good), good + ": optimizer: the checkpoint holds adam state, the deck asks for sgd");
+
+  // Nothing was written to the good checkpoint by any failed load.
+  if (world_rank() == 0) EXPECT_EQ(read_bytes(good), before);
+}
+
+TEST(Checkpoint, PruneKeepsNewest) {
+  const std::string dir = shared_dir("prune");
+  if (world_rank() == 0) {
+    for (int s : {5, 10, 15}) std::ofstream(checkpoint_path(dir, s)) << s;
+    std::ofstream(checkpoint_path(dir, 20) + ".tmp") << "partial";
+    EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 15));
+    prune_checkpoints(dir, 2);
+    EXPECT_FALSE(fs::exists(checkpoint_path(dir, 5)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 10)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 20) + ".tmp"));
+    try {
+      latest_checkpoint(dir + "/empty");
+      ADD_FAILURE();
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), dir + "/empty: no complete checkpoint (ckpt_*.h5) to restart from");
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Trace, StepsContainTheirEventsAndTimesAddUp) {
+  // Wide enough layers that a step takes milliseconds, not microseconds.
+  Deck d = deck("[{type: dense, units: 512}, {type: gelu}, {type: dense, units: 512}, {type: tanh}, "
+                "{type: dense, units: 512}, {type: relu}, {type: dense, units: 3}]");
+  d.trace.file = "unused.h5";
+  d.trace.every = 2;
+  Trainer<double> t(d, MPI_COMM_WORLD);
+  run(t, 0, 5);
+  const Tracer& tracer = t.tracer();
+  ASSERT_EQ(tracer.steps().size(), 3u);  // steps 0, 2, 4
+  std::set<std::int64_t> recorded;
+  for (const auto& s : tracer.steps()) {
+    recorded.insert(s.step);
+    EXPECT_NEAR(s.compute_time + s.comm_time + s.idle_time, s.step_time, 0.01 * s.step_time)
+        << "step " << s.step;
+    EXPECT_EQ(s.peak_activation_bytes, t.cell().activation_bytes());
+    int forwards = 0, backwards = 0;
+    for (const auto& e : tracer.events()) {
+      if (e.step != s.step) continue;
+      EXPECT_GE(e.start, s.start);
+      EXPECT_LE(e.end, s.end);
+      EXPECT_LE(e.start, e.end);
+      forwards += e.kind == std::int8_t(EventKind::Forward);
+      backwards += e.kind == std::int8_t(EventKind::Backward);
+    }
+    EXPECT_EQ(forwards, 4);  // M = 4
+    EXPECT_EQ(backwards, 4);
+  }
+  EXPECT_EQ(recorded, (std::set<std::int64_t>{0, 2, 4}));
+  const GatheredTrace all = gather_trace(tracer, MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    ASSERT_EQ(int(all.steps.size()), world_size());
+    double sum = 0;
+    for (const auto& r : all.steps)
+      for (const auto& s : r) sum += s.idle_fraction;
+    EXPECT_DOUBLE_EQ(all.measured_bubble(), sum / (3.0 * world_size()));
+    if (world_size() == 1) EXPECT_LT(all.measured_bubble(), 0.05);  // one cell never waits
+  }
+}
+
+}  // namespace
+}  // namespace gpipe
