@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <tuple>
 #include <fmt/format.h>
 #include <fstream>
 #include <iostream>
@@ -62,15 +63,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   std::string error;
   try {
     trainer = std::make_unique<gpipe::Trainer<T>>(deck, MPI_COMM_WORLD);
-    gpipe::Normalization norm;
-    norm.mode = deck.data.normalize;
-    train_set = gpipe::load_idx_dataset(deck.data.train_images, deck.data.train_labels,
-                                        deck.data.train_limit, norm, true, first);
-    test_set = gpipe::load_idx_dataset(deck.data.test_images, deck.data.test_labels,
-                                       deck.data.test_limit, norm, false, first);
+    std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first);
     if (first && train_set.features != deck.model.input_features)
       throw gpipe::InputError(fmt::format("{}: samples have {} features but model.input is {}",
-                                          deck.data.train_images, train_set.features,
+                                          train_set.name, train_set.features,
                                           deck.model.input_features));
     if (last) {
       gpipe::check_labels(train_set, deck.model.classes());
@@ -89,7 +85,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     }
     if (train_set.samples < deck.training.batch_size)
       throw gpipe::InputError(fmt::format("{}: {} training samples, fewer than training.batch_size = {}",
-                                          deck.data.train_images, train_set.samples,
+                                          train_set.labels_name, train_set.samples,
                                           deck.training.batch_size));
   } catch (const gpipe::InputError& e) {
     error = e.what();
@@ -117,8 +113,8 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     }
     fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
                p.imbalance(trainer->costs()), gpipe::bubble_fraction(ranks, M));
-    fmt::print("  train {} samples ({}), test {} samples\n", train_set.samples,
-               deck.data.train_images, test_set.samples);
+    fmt::print("  train {} samples ({}), test {} samples\n", train_set.samples, train_set.name,
+               test_set.samples);
     if (M < 4 * ranks)
       spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
                    "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",

@@ -50,23 +50,55 @@ Dataset load_idx_dataset(const std::string& images, const std::string& labels, s
   if (norm.mode == "none") {
     for (std::int64_t i = 0; i < count; ++i) d.inputs[size_t(i)] = float(x.data[size_t(i)]);
   } else if (norm.mode == "standardize") {
-    if (fit) {
-      double sum = 0, sq = 0;
-      for (float v : d.inputs) {
-        sum += v;
-        sq += double(v) * v;
-      }
-      norm.mean = sum / double(count);
-      norm.stddev = std::sqrt(std::max(sq / double(count) - norm.mean * norm.mean, 1e-12));
-    }
-    const float mean = float(norm.mean), inv = float(1.0 / norm.stddev);
-    for (auto& v : d.inputs) v = (v - mean) * inv;
+    standardize(d, norm, fit);
   } else if (norm.mode != "scale") {
     throw InputError(fmt::format("data.normalize: unknown mode '{}' (expected none, scale or "
                                  "standardize)",
                                  norm.mode));
   }
   return d;
+}
+
+void standardize(Dataset& data, Normalization& norm, bool fit) {
+  if (fit) {
+    double sum = 0, sq = 0;
+    for (float v : data.inputs) {
+      sum += v;
+      sq += double(v) * v;
+    }
+    const double count = double(std::max<std::size_t>(data.inputs.size(), 1));
+    norm.mean = sum / count;
+    norm.stddev = std::sqrt(std::max(sq / count - norm.mean * norm.mean, 1e-12));
+  }
+  const float mean = float(norm.mean), inv = float(1.0 / norm.stddev);
+  for (auto& v : data.inputs) v = (v - mean) * inv;
+}
+
+std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs) {
+  Normalization norm;
+  norm.mode = spec.normalize;
+  if (spec.format == "idx") {
+    Dataset train = load_idx_dataset(spec.train_images, spec.train_labels, spec.train_limit, norm,
+                                     true, with_inputs);
+    Dataset test = load_idx_dataset(spec.test_images, spec.test_labels, spec.test_limit, norm,
+                                    false, with_inputs);
+    return {std::move(train), std::move(test)};
+  }
+  if (norm.mode == "scale")
+    throw InputError("data.normalize: 'scale' (x/255) is for IDX images; use none or standardize "
+                     "for HDF5 data");
+  Dataset train = load_hdf5_dataset(spec.train_file, spec.inputs_dataset, spec.labels_dataset,
+                                    spec.train_limit, with_inputs);
+  Dataset test = load_hdf5_dataset(spec.test_file, spec.inputs_dataset, spec.labels_dataset,
+                                   spec.test_limit, with_inputs);
+  if (with_inputs && train.features != test.features)
+    throw InputError(fmt::format("{} has {} features per sample but {} has {}", spec.train_file,
+                                 train.features, spec.test_file, test.features));
+  if (with_inputs && norm.mode == "standardize") {
+    standardize(train, norm, true);
+    standardize(test, norm, false);
+  }
+  return {std::move(train), std::move(test)};
 }
 
 void check_labels(const Dataset& data, std::int64_t classes) {

@@ -21,8 +21,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
             "trace"}},
       {"model", {"input", "layers"}},
       {"data",
-       {"format", "train_images", "train_labels", "test_images", "test_labels", "normalize",
-        "train_limit", "test_limit"}},
+       {"format", "train_images", "train_labels", "test_images", "test_labels", "train_file",
+        "test_file", "inputs_dataset", "labels_dataset", "normalize", "train_limit", "test_limit"}},
       {"training", {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
@@ -247,14 +247,21 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.model = read_model(section(root, "model", name, true));
 
   const Section d = section(root, "data", name, true);
-  deck.data.format = d.get<std::string>("format", "idx", "idx");
-  if (deck.data.format != "idx")
-    throw InputError(fmt::format("{}: data.format: unknown format '{}' (expected idx)",
+  deck.data.format = d.get<std::string>("format", "idx", "idx or hdf5");
+  if (deck.data.format == "idx") {
+    deck.data.train_images = d.need<std::string>("train_images", "a file path");
+    deck.data.train_labels = d.need<std::string>("train_labels", "a file path");
+    deck.data.test_images = d.need<std::string>("test_images", "a file path");
+    deck.data.test_labels = d.need<std::string>("test_labels", "a file path");
+  } else if (deck.data.format == "hdf5") {
+    deck.data.train_file = d.need<std::string>("train_file", "an HDF5 file path");
+    deck.data.test_file = d.need<std::string>("test_file", "an HDF5 file path");
+    deck.data.inputs_dataset = d.get<std::string>("inputs_dataset", "inputs", "a dataset name");
+    deck.data.labels_dataset = d.get<std::string>("labels_dataset", "labels", "a dataset name");
+  } else {
+    throw InputError(fmt::format("{}: data.format: unknown format '{}' (expected idx or hdf5)",
                                  d.where(d.raw("format")), deck.data.format));
-  deck.data.train_images = d.need<std::string>("train_images", "a file path");
-  deck.data.train_labels = d.need<std::string>("train_labels", "a file path");
-  deck.data.test_images = d.need<std::string>("test_images", "a file path");
-  deck.data.test_labels = d.need<std::string>("test_labels", "a file path");
+  }
   deck.data.normalize = d.get<std::string>("normalize", "standardize", "none, scale or standardize");
   if (deck.data.normalize != "none" && deck.data.normalize != "scale" &&
       deck.data.normalize != "standardize")

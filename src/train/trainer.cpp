@@ -35,7 +35,8 @@ double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch
   layer->initialize(0);
   Matrix<T> x("gpipe::profile::x", batch, layer->in_features());
   Matrix<T> y("gpipe::profile::y", batch, layer->out_features());
-  Matrix<T> dx("gpipe::profile::dx", batch, layer->in_features());
+  // The model's first layer never computes an input gradient (see Cell::backward).
+  Matrix<T> dx("gpipe::profile::dx", index == 0 ? 0 : batch, layer->in_features());
   Kokkos::deep_copy(x, T(0.5));
   Kokkos::deep_copy(y, T(0.25));
   const PassContext ctx{};

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpipe {
@@ -23,6 +24,35 @@ struct Normalization {
   double mean = 0;  ///< standardize: statistics of the training images (after /255)
   double stddev = 1;
 };
+
+/// The deck's `data` section.
+struct DataSpec {
+  std::string format = "idx";             ///< idx | hdf5
+  std::string train_images, train_labels, test_images, test_labels;  ///< idx files
+  std::string train_file, test_file;      ///< hdf5 files
+  std::string inputs_dataset = "inputs";  ///< hdf5: (N, features) floating point
+  std::string labels_dataset = "labels";  ///< hdf5: (N) integers
+  std::string normalize = "standardize";  ///< none | scale (idx only) | standardize
+  std::int64_t train_limit = 0;           ///< use only the first N training samples (0 = all)
+  std::int64_t test_limit = 0;            ///< use only the first N test samples (0 = all)
+};
+
+/// Loads the training and test sets `spec` names, normalizing both with the
+/// training set's statistics. With with_inputs = false only labels are read.
+/// Throws InputError naming the file and the problem.
+std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs);
+
+/// Reads samples from an HDF5 file: `inputs` (N, features), any floating-point
+/// type, read as float; `labels` (N), any integer type, read as int32. Keeps
+/// the first `limit` samples (0 = all). Throws InputError naming the file and
+/// dataset for a missing file or dataset, a wrong rank, a wrong type class,
+/// or different sample counts.
+Dataset load_hdf5_dataset(const std::string& file, const std::string& inputs,
+                          const std::string& labels, std::int64_t limit, bool with_inputs = true);
+
+/// Standardizes inputs in place: (x - mean) / stddev, all features pooled;
+/// mean and stddev are computed from `data` and stored into `norm` if `fit`.
+void standardize(Dataset& data, Normalization& norm, bool fit);
 
 /// Loads an IDX image file (N, rows, cols) and an IDX label file (N),
 /// keeping the first `limit` samples (0 = all). Images become float

@@ -5,19 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "gpipe/io/dataset.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/pipeline/schedule.hpp"
 
 namespace gpipe {
-
-struct DataSpec {
-  std::string format = "idx";
-  std::string train_images, train_labels, test_images, test_labels;
-  std::string normalize = "standardize";  ///< none | scale | standardize
-  std::int64_t train_limit = 0;           ///< use only the first N training samples (0 = all)
-  std::int64_t test_limit = 0;            ///< use only the first N test samples (0 = all)
-};
 
 struct TrainingSpec {
   std::int64_t epochs = 1;

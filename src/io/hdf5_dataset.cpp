@@ -1,0 +1,86 @@
+// Reading training data from HDF5 files (scientific users' own output).
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/io/dataset.hpp"
+#include "hdf5_handle.hpp"
+
+namespace gpipe {
+
+namespace {
+// Opens `name` in `file`, checks its rank and type class; returns its dims.
+std::vector<hsize_t> open_checked(hid_t file, const std::string& path, const std::string& name,
+                                  int rank, H5T_class_t type_class, const char* what,
+                                  h5::Handle& dataset) {
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
+    throw InputError(fmt::format("{}: no dataset '{}' (set data.{}_dataset in the deck)", path, name,
+                                 type_class == H5T_FLOAT ? "inputs" : "labels"));
+  dataset = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  if (!dataset.valid()) throw InputError(fmt::format("{}: '{}' is not a dataset", path, name));
+  const h5::Handle space = h5::dataspace(H5Dget_space(dataset.get()));
+  const int found = H5Sget_simple_extent_ndims(space.get());
+  if (found != rank)
+    throw InputError(fmt::format("{}: dataset '{}' has rank {}, expected {} {}", path, name, found,
+                                 rank, what));
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const h5::Handle type = h5::datatype(H5Dget_type(dataset.get()));
+  if (H5Tget_class(type.get()) != type_class)
+    throw InputError(fmt::format("{}: dataset '{}' must hold {} values", path, name,
+                                 type_class == H5T_FLOAT ? "floating-point" : "integer"));
+  return dims;
+}
+
+// Reads the leading `rows` rows of a dataset as `memory_type`.
+void read_rows(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& dims, hsize_t rows,
+               void* out, const std::string& path, const std::string& name) {
+  const h5::Handle file_space = h5::dataspace(H5Dget_space(dataset));
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  count[0] = rows;
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  const h5::Handle memory_space = h5::dataspace(H5Screate_simple(int(count.size()), count.data(), nullptr));
+  if (H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    throw InputError(fmt::format("{}: reading dataset '{}' failed", path, name));
+}
+}  // namespace
+
+Dataset load_hdf5_dataset(const std::string& path, const std::string& inputs,
+                          const std::string& labels, std::int64_t limit, bool with_inputs) {
+  h5::silence_errors();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw InputError(fmt::format("{}: HDF5 data file not found", path));
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(fmt::format("{}: not an HDF5 file", path));
+  const h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw InputError(fmt::format("{}: cannot open HDF5 file", path));
+
+  Dataset d;
+  d.name = path + ":" + inputs;
+  d.labels_name = path + ":" + labels;
+  h5::Handle y;
+  const auto ydims = open_checked(file.get(), path, labels, 1, H5T_INTEGER, "(samples)", y);
+  std::int64_t samples = std::int64_t(ydims[0]);
+  h5::Handle x;
+  std::vector<hsize_t> xdims;
+  if (with_inputs) {
+    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x);
+    if (xdims[0] != ydims[0])
+      throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
+                                   labels, ydims[0]));
+  }
+  if (samples == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, labels));
+  d.samples = limit > 0 ? std::min(limit, samples) : samples;
+  d.labels.resize(size_t(d.samples));
+  read_rows(y.get(), H5T_NATIVE_INT32, ydims, hsize_t(d.samples), d.labels.data(), path, labels);
+  if (with_inputs) {
+    d.features = std::int64_t(xdims[1]);
+    d.inputs.resize(size_t(d.samples * d.features));
+    read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
+  }
+  return d;
+}
+
+}  // namespace gpipe
