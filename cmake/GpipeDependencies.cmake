@@ -4,36 +4,16 @@
 # Kokkos 4.x/5.x (any backend) found through Kokkos_ROOT / KokkosKernels_ROOT.
 
 find_package(Kokkos REQUIRED)
-# Debian quirk: Kokkos::kokkos lists a non-existent include directory
-# (/usr/lib/include). Point the target at Kokkos_INCLUDE_DIRS instead.
-if(TARGET Kokkos::kokkos AND DEFINED Kokkos_INCLUDE_DIRS)
-  get_target_property(_gpipe_kk_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
-  set(_gpipe_kk_inc_ok TRUE)
-  foreach(_dir IN LISTS _gpipe_kk_inc)
-    if(NOT _dir MATCHES "^\\$<" AND NOT EXISTS "${_dir}")
-      set(_gpipe_kk_inc_ok FALSE)
-    endif()
-  endforeach()
-  if(NOT _gpipe_kk_inc_ok)
-    set_target_properties(Kokkos::kokkos PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
-  endif()
-endif()
 message(STATUS "gpipe: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}")
 
 find_package(KokkosKernels REQUIRED)
-# Debian/Trilinos names the target trilinos_kokkoskernels; standalone
-# Kokkos Kernels installs Kokkos::kokkoskernels.
-if(TARGET Kokkos::kokkoskernels)
-  set(GPIPE_KOKKOSKERNELS_TARGET Kokkos::kokkoskernels)
-elseif(TARGET trilinos_kokkoskernels)
-  set(GPIPE_KOKKOSKERNELS_TARGET trilinos_kokkoskernels)
-else()
+include(GpipeKokkosQuirks)
+if(NOT TARGET Kokkos::kokkoskernels)
   message(FATAL_ERROR "gpipe: found KokkosKernels but neither Kokkos::kokkoskernels "
                       "nor trilinos_kokkoskernels is a target")
 endif()
 
-find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(MPI REQUIRED COMPONENTS C CXX)
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)
 if(NOT HDF5_IS_PARALLEL)

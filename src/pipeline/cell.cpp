@@ -135,6 +135,12 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
     for (int l = 0; l < count; ++l)
       layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l));
     if (!whole_cell) return;  // a recompute stops before the cell output
+    if (is_last() && predict_logits_.extent(0) > 0) {
+      Kokkos::deep_copy(Kokkos::subview(predict_logits_, std::make_pair(mb.offset, mb.offset + mb.size),
+                                        Kokkos::ALL),
+                        layer_output(m, int(layers_.size()) - 1));
+      return;
+    }
     if (is_last()) {
       auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
       const Matrix<T> dlogits =
@@ -199,7 +205,7 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
     require(std::int64_t(inputs.extent(0)) >= n && std::int64_t(inputs.extent(1)) == in_features_,
             fmt::format("rank 0: inputs are {}x{}, expected at least {}x{}", inputs.extent(0),
                         inputs.extent(1), n, in_features_));
-  if (is_last())
+  if (is_last() && predict_logits_.extent(0) == 0)
     require(std::int64_t(labels.extent(0)) >= n,
             fmt::format("rank {}: {} labels for a batch of {} samples", rank(), labels.extent(0), n));
   kept_now_.resize(size_t(M));
@@ -250,6 +256,21 @@ template <class T>
 LossSums Cell<T>::evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n) {
   const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
   return run(forward_only(cells(), M), inputs, labels, n, step_, false);
+}
+
+template <class T>
+void Cell<T>::predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits) {
+  if (is_last())
+    require(std::int64_t(logits.extent(0)) >= n && std::int64_t(logits.extent(1)) == out_features_,
+            fmt::format("rank {}: logits are {}x{}, expected at least {}x{}", rank(), logits.extent(0),
+                        logits.extent(1), n, out_features_));
+  predict_logits_ = is_last() ? logits : Matrix<T>();
+  struct Reset {
+    Matrix<T>& view;
+    ~Reset() { view = Matrix<T>(); }
+  } reset{predict_logits_};
+  const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
+  run(forward_only(cells(), M), inputs, ConstLabelVector(), n, step_, false);
 }
 
 template class Cell<float>;

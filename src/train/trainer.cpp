@@ -114,22 +114,23 @@ std::int64_t Trainer<T>::steps_per_epoch(std::int64_t samples) const {
 }
 
 template <class T>
-void Trainer<T>::stage_batch(const Dataset& data, const std::vector<std::int64_t>& order,
-                             std::int64_t begin, std::int64_t n) {
+void Trainer<T>::stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
+                             const std::int64_t* order, std::int64_t n) {
+  require(n >= 1 && n <= deck_.training.batch_size,
+          fmt::format("a batch of {} samples: expected 1 to training.batch_size = {}", n,
+                      deck_.training.batch_size));
   if (cell_->is_first()) {
-    const auto f = data.features;
+    const auto f = features;
     require(f == deck_.model.input_features,
-            fmt::format("{}: samples have {} features but model.input is {}", data.name, f,
-                        deck_.model.input_features));
+            fmt::format("samples have {} features but model.input is {}", f, deck_.model.input_features));
     for (std::int64_t i = 0; i < n; ++i) {
-      const float* row = data.inputs.data() + order[size_t(begin + i)] * f;
+      const float* row = inputs + (order ? order[i] : i) * f;
       for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(row[j]);
     }
     Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
   }
-  if (cell_->is_last()) {
-    for (std::int64_t i = 0; i < n; ++i)
-      batch_labels_host_(i) = data.labels[size_t(order[size_t(begin + i)])];
+  if (cell_->is_last() && labels) {
+    for (std::int64_t i = 0; i < n; ++i) batch_labels_host_(i) = labels[order ? order[i] : i];
     Kokkos::deep_copy(batch_labels_, batch_labels_host_);
   }
 }
@@ -137,7 +138,18 @@ void Trainer<T>::stage_batch(const Dataset& data, const std::vector<std::int64_t
 template <class T>
 LossSums Trainer<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                           std::int64_t begin, std::int64_t n) {
-  stage_batch(data, order, begin, n);
+  stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+  return step_staged(n);
+}
+
+template <class T>
+LossSums Trainer<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
+  stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
+  return step_staged(n);
+}
+
+template <class T>
+LossSums Trainer<T>::step_staged(std::int64_t n) {
   const bool record = !deck_.trace.file.empty() && steps_done_ % deck_.trace.every == 0;
   tracer_.begin_step(steps_done_, record);
   {
@@ -156,13 +168,38 @@ LossSums Trainer<T>::step(const Dataset& data, const std::vector<std::int64_t>& 
 }
 
 template <class T>
+std::vector<T> Trainer<T>::predict(const float* inputs, std::int64_t n) {
+  stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
+  const std::int64_t classes = deck_.model.classes();
+  Matrix<T> logits;
+  if (cell_->is_last()) logits = Matrix<T>("gpipe::Trainer::predict", n, classes);
+  cell_->predict(batch_inputs_, n, logits);
+  std::vector<T> out(static_cast<size_t>(n * classes));
+  if (cell_->is_last()) {
+    auto h = Kokkos::create_mirror_view(logits);
+    Kokkos::deep_copy(h, logits);
+    std::copy(h.data(), h.data() + out.size(), out.begin());
+  }
+  MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), comm_size(comm_) - 1, comm_);
+  return out;
+}
+
+template <class T>
+std::int64_t Trainer<T>::total_parameters() const {
+  std::int64_t total = 0;
+  for (std::int64_t l = 0; l < std::int64_t(deck_.model.layers.size()); ++l)
+    total += make_layer<T>(deck_.model, l)->parameter_count();
+  return total;
+}
+
+template <class T>
 Evaluation Trainer<T>::evaluate(const Dataset& data) {
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
   double sums[2] = {0, 0};
   for (std::int64_t begin = 0; begin < data.samples; begin += N) {
     const auto n = std::min(N, data.samples - begin);
-    stage_batch(data, order, begin, n);
+    stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
     const LossSums s = cell_->evaluate(batch_inputs_, batch_labels_, n);
     sums[0] += s.loss;
     sums[1] += double(s.correct);

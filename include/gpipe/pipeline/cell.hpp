@@ -51,6 +51,10 @@ class Cell {
   /// correct predictions on the last cell, zeros elsewhere.
   LossSums evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n);
 
+  /// Forward-only pass (Dropout off); the last cell writes the logits of the
+  /// n samples into `logits` (n, classes); other cells ignore it.
+  void predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits);
+
   void zero_gradients();
   /// This cell's parameters and gradients: one flat buffer each, the layers'
   /// tensors concatenated in layer order, each in its parameter_specs() order.
@@ -109,6 +113,7 @@ class Cell {
   std::vector<bool> kept_now_;
   ConstMatrix<T> batch_inputs_;
   ConstLabelVector batch_labels_;
+  Matrix<T> predict_logits_;  // set during predict(): the last cell's output goes here
   std::int64_t batch_size_ = 0;
   std::uint64_t step_ = 0;
 };

@@ -49,6 +49,17 @@ class Trainer {
   LossSums step(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
                 std::int64_t n);
 
+  /// One step on caller arrays: inputs (n, input features) row-major and
+  /// labels (n), host memory. Collective.
+  LossSums step(const float* inputs, const std::int32_t* labels, std::int64_t n);
+
+  /// Logits (n, classes), row-major, of inputs (n, input features), on every
+  /// rank (Dropout off). Collective.
+  std::vector<T> predict(const float* inputs, std::int64_t n);
+
+  /// Parameters of the whole model (all cells).
+  std::int64_t total_parameters() const;
+
   /// Forward-only evaluation of all of `data`; the result is valid on every rank.
   Evaluation evaluate(const Dataset& data);
 
@@ -82,8 +93,10 @@ class Trainer {
   std::int64_t steps_per_epoch(std::int64_t samples) const;
 
  private:
-  void stage_batch(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
-                   std::int64_t n);
+  // Copies rows order[0..n) (identity if order is null) of inputs/labels into the batch buffers.
+  void stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
+                   const std::int64_t* order, std::int64_t n);
+  LossSums step_staged(std::int64_t n);
 
   Deck deck_;
   MPI_Comm comm_;

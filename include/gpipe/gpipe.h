@@ -1,0 +1,92 @@
+/* gpipe-kokkos C API: GPipe pipeline-parallel training from C, Fortran
+ * (through iso_c_binding) or any language with a C FFI.
+ *
+ * Conventions
+ * - Every function returns a gpipe_status; GPIPE_OK is 0. On failure
+ *   gpipe_last_error() returns a message naming the argument, file or field
+ *   and what was wrong (valid until the next failing call on this thread).
+ *   No C++ exception crosses this API.
+ * - Arrays are caller-owned host memory, row-major (C order): inputs are
+ *   (n, input_features) float32, labels (n) int32 class indices, logits
+ *   (n, classes) float32.
+ * - Functions marked "collective" must be called by every rank of the
+ *   trainer's communicator with the same arguments (each rank may pass its
+ *   own copy of the data; only the first cell reads inputs and only the last
+ *   reads labels).
+ *
+ * Lifecycle: MPI_Init (caller) -> gpipe_initialize -> gpipe_create_* ->
+ * train/predict/save/load -> gpipe_destroy -> gpipe_finalize -> MPI_Finalize.
+ */
+#ifndef GPIPE_GPIPE_H
+#define GPIPE_GPIPE_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum gpipe_status {
+  GPIPE_OK = 0,
+  GPIPE_ERROR_NULL_ARGUMENT = 1, /* a required pointer or handle was NULL */
+  GPIPE_ERROR_INPUT = 2,         /* bad deck, file, size or value */
+  GPIPE_ERROR_STATE = 3,         /* wrong call order (e.g. not initialized) */
+  GPIPE_ERROR_RUNTIME = 4        /* a failure while running (MPI, HDF5, ...) */
+} gpipe_status;
+
+/* Opaque trainer: one pipeline cell per rank of its communicator. */
+typedef struct gpipe_trainer gpipe_trainer;
+
+/* Message of the last failure on this thread ("" if none). */
+const char* gpipe_last_error(void);
+
+/* Initializes Kokkos (if the caller has not) with the given command line
+ * (argc/argv may be NULL). MPI must already be initialized. */
+gpipe_status gpipe_initialize(int* argc, char*** argv);
+/* Finalizes Kokkos if gpipe_initialize initialized it. Destroy trainers first. */
+gpipe_status gpipe_finalize(void);
+
+/* Creates a trainer from YAML deck text (the gpipe-train input deck format,
+ * docs/input-deck.md; the data section may name placeholder files, it is not
+ * read) on a duplicate of `comm`. Collective. */
+gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpipe_trainer** out);
+/* As gpipe_create_from_string, from a deck file. Collective. */
+gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_trainer** out);
+/* Fortran: the same with a Fortran communicator handle (MPI_Fint). */
+gpipe_status gpipe_create_from_string_f(const char* deck_yaml, MPI_Fint comm, gpipe_trainer** out);
+
+/* Frees the trainer (NULL is allowed). Collective. */
+gpipe_status gpipe_destroy(gpipe_trainer* trainer);
+
+/* Model dimensions: input features, classes (outputs), the largest batch
+ * a call may pass (the deck's training.batch_size). */
+gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_features,
+                              int64_t* classes, int64_t* max_batch);
+
+/* One synchronous training step (all micro-batches, one optimizer update) on
+ * n samples: inputs (n, input_features) float32, labels (n) int32 in
+ * [0, classes). 1 <= n <= max_batch, n >= the deck's micro_batches.
+ * *mean_loss (may be NULL) receives the mean loss, on every rank. Collective. */
+gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
+                              int64_t n, double* mean_loss);
+
+/* Inference (Dropout off): logits (n, classes) float32 for inputs
+ * (n, input_features), 1 <= n <= max_batch, filled on every rank. Collective. */
+gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits);
+
+/* Number of parameters of the whole model, and all of them in layer order
+ * (count values, as double) on every rank. Collective. */
+gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count);
+gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_t count);
+
+/* HDF5 checkpoints (docs/file-formats.md): written atomically; loadable with
+ * any number of ranks. Collective. */
+gpipe_status gpipe_save_checkpoint(gpipe_trainer* trainer, const char* path);
+gpipe_status gpipe_load_checkpoint(gpipe_trainer* trainer, const char* path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPIPE_GPIPE_H */

@@ -1,0 +1,225 @@
+// The C API (include/gpipe/gpipe.h) over gpipe::Trainer. Every entry point
+// catches every exception and turns it into a status and a message.
+
+#include "gpipe/gpipe.h"
+
+#include <Kokkos_Core.hpp>
+#include <exception>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/train/trainer.hpp"
+
+struct gpipe_trainer {
+  std::variant<std::unique_ptr<gpipe::Trainer<float>>, std::unique_ptr<gpipe::Trainer<double>>> impl;
+  gpipe::Deck deck;
+};
+
+namespace {
+
+thread_local std::string last_error;
+bool initialized_kokkos = false;
+
+gpipe_status fail(gpipe_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+// Runs `body`, mapping exceptions to statuses.
+template <class F>
+gpipe_status guarded(F&& body) {
+  try {
+    last_error.clear();
+    return body();
+  } catch (const gpipe::InputError& e) {
+    return fail(GPIPE_ERROR_INPUT, e.what());
+  } catch (const std::exception& e) {
+    return fail(GPIPE_ERROR_RUNTIME, e.what());
+  } catch (...) {
+    return fail(GPIPE_ERROR_RUNTIME, "unknown C++ exception");
+  }
+}
+
+gpipe_status create(gpipe::Deck deck, MPI_Comm comm, gpipe_trainer** out) {
+  if (!Kokkos::is_initialized())
+    return fail(GPIPE_ERROR_STATE, "gpipe_create: call gpipe_initialize first");
+  auto t = std::make_unique<gpipe_trainer>();
+  if (deck.precision == "double")
+    t->impl = std::make_unique<gpipe::Trainer<double>>(deck, comm);
+  else
+    t->impl = std::make_unique<gpipe::Trainer<float>>(deck, comm);
+  t->deck = std::move(deck);
+  *out = t.release();
+  return GPIPE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* gpipe_last_error(void) { return last_error.c_str(); }
+
+gpipe_status gpipe_initialize(int* argc, char*** argv) {
+  return guarded([&] {
+    int mpi = 0;
+    MPI_Initialized(&mpi);
+    if (!mpi) return fail(GPIPE_ERROR_STATE, "gpipe_initialize: initialize MPI first (MPI_Init)");
+    if (!Kokkos::is_initialized()) {
+      int zero = 0;
+      char** none = nullptr;
+      if (argc && argv)
+        Kokkos::initialize(*argc, *argv);
+      else
+        Kokkos::initialize(zero, none);
+      initialized_kokkos = true;
+    }
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_finalize(void) {
+  return guarded([&] {
+    if (initialized_kokkos && Kokkos::is_initialized()) Kokkos::finalize();
+    initialized_kokkos = false;
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpipe_trainer** out) {
+  if (!deck_yaml || !out)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_string: deck_yaml and out must not be NULL");
+  *out = nullptr;
+  return guarded([&] { return create(gpipe::parse_deck(deck_yaml, "<deck string>"), comm, out); });
+}
+
+gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_trainer** out) {
+  if (!deck_path || !out)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_file: deck_path and out must not be NULL");
+  *out = nullptr;
+  return guarded([&] { return create(gpipe::load_deck(deck_path), comm, out); });
+}
+
+gpipe_status gpipe_create_from_string_f(const char* deck_yaml, MPI_Fint comm, gpipe_trainer** out) {
+  return gpipe_create_from_string(deck_yaml, MPI_Comm_f2c(comm), out);
+}
+
+gpipe_status gpipe_destroy(gpipe_trainer* trainer) {
+  return guarded([&] {
+    delete trainer;
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_features, int64_t* classes,
+                              int64_t* max_batch) {
+  if (!trainer) return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_dimensions: trainer is NULL");
+  return guarded([&] {
+    if (input_features) *input_features = trainer->deck.model.input_features;
+    if (classes) *classes = trainer->deck.model.classes();
+    if (max_batch) *max_batch = trainer->deck.training.batch_size;
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
+                              int64_t n, double* mean_loss) {
+  if (!trainer || !inputs || !labels)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_train_step: trainer, inputs and labels must not be NULL");
+  return guarded([&] {
+    const auto& d = trainer->deck;
+    if (n < d.training.micro_batches || n > d.training.batch_size)
+      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: n = " + std::to_string(n) + " samples, expected " +
+                                         std::to_string(d.training.micro_batches) + " (micro_batches) to " +
+                                         std::to_string(d.training.batch_size) + " (batch_size)");
+    const std::int64_t classes = d.model.classes();
+    for (int64_t i = 0; i < n; ++i)
+      if (labels[i] < 0 || labels[i] >= classes)
+        return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: labels[" + std::to_string(i) + "] = " +
+                                           std::to_string(labels[i]) + " is outside [0, " +
+                                           std::to_string(classes) + ")");
+    std::visit(
+        [&](auto& t) {
+          const gpipe::LossSums sums = t->step(inputs, labels, n);
+          double loss = sums.loss;
+          int size = 1;
+          MPI_Comm_size(t->cell().comm(), &size);
+          MPI_Bcast(&loss, 1, MPI_DOUBLE, size - 1, t->cell().comm());
+          if (mean_loss) *mean_loss = loss / double(n);
+        },
+        trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits) {
+  if (!trainer || !inputs || !logits)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_predict: trainer, inputs and logits must not be NULL");
+  return guarded([&] {
+    if (n < 1 || n > trainer->deck.training.batch_size)
+      return fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected 1 to " +
+                                         std::to_string(trainer->deck.training.batch_size) + " (batch_size)");
+    std::visit(
+        [&](auto& t) {
+          const auto out = t->predict(inputs, n);
+          for (size_t i = 0; i < out.size(); ++i) logits[i] = float(out[i]);
+        },
+        trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count) {
+  if (!trainer || !count)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_parameter_count: trainer and count must not be NULL");
+  return guarded([&] {
+    std::visit([&](const auto& t) { *count = t->total_parameters(); }, trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_t count) {
+  if (!trainer || !values)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_get_parameters: trainer and values must not be NULL");
+  return guarded([&] {
+    gpipe_status status = GPIPE_OK;
+    std::visit(
+        [&](auto& t) {
+          const std::int64_t total = t->total_parameters();
+          if (count != total) {
+            status = fail(GPIPE_ERROR_INPUT, "gpipe_get_parameters: count = " + std::to_string(count) +
+                                                 ", the model has " + std::to_string(total) + " parameters");
+            return;
+          }
+          auto all = t->gather_parameters();
+          std::vector<double> buffer(all.begin(), all.end());
+          buffer.resize(size_t(total));
+          MPI_Bcast(buffer.data(), int(total), MPI_DOUBLE, 0, t->cell().comm());
+          std::copy(buffer.begin(), buffer.end(), values);
+        },
+        trainer->impl);
+    return status;
+  });
+}
+
+gpipe_status gpipe_save_checkpoint(gpipe_trainer* trainer, const char* path) {
+  if (!trainer || !path)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_save_checkpoint: trainer and path must not be NULL");
+  return guarded([&] {
+    std::visit([&](auto& t) { t->save_checkpoint(path); }, trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_load_checkpoint(gpipe_trainer* trainer, const char* path) {
+  if (!trainer || !path)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_load_checkpoint: trainer and path must not be NULL");
+  return guarded([&] {
+    std::visit([&](auto& t) { t->load_checkpoint(path); }, trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,137 @@
+// The C API (gpipe/gpipe.h): every function, its error codes and messages,
+// and a training run through it that gives the C++ API's weights bitwise.
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "../common/test_util.hpp"
+#include "gpipe/gpipe.h"
+#include "gpipe/train/trainer.hpp"
+
+namespace gpipe {
+namespace {
+
+const std::string kDeck = test::deck_text(
+    "[{type: dense, units: 12}, {type: relu}, {type: dropout, rate: 0.1}, {type: dense, units: 4}]", 5,
+    8, 2, "double", "{}", "{type: adamw, lr: 0.01, weight_decay: 0.01}");
+
+struct Batch {
+  std::vector<float> inputs;
+  std::vector<std::int32_t> labels;
+};
+Batch batch(std::uint64_t seed) {
+  const Dataset d = test::synthetic(8, 5, 4, seed);
+  return {d.inputs, d.labels};
+}
+
+TEST(CApi, InitializeIsIdempotentWhenKokkosIsUp) {
+  EXPECT_EQ(gpipe_initialize(nullptr, nullptr), GPIPE_OK);
+  EXPECT_EQ(gpipe_finalize(), GPIPE_OK);  // does not finalize the test's Kokkos
+  EXPECT_TRUE(Kokkos::is_initialized());
+}
+
+TEST(CApi, NullArgumentsAndBadDecks) {
+  gpipe_trainer* t = nullptr;
+  EXPECT_EQ(gpipe_create_from_string(nullptr, MPI_COMM_WORLD, &t), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_create_from_string: deck_yaml and out must not be NULL");
+  EXPECT_EQ(gpipe_train_step(nullptr, nullptr, nullptr, 1, nullptr), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_train_step: trainer, inputs and labels must not be NULL");
+  EXPECT_EQ(gpipe_dimensions(nullptr, nullptr, nullptr, nullptr), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_dimensions: trainer is NULL");
+  EXPECT_EQ(gpipe_destroy(nullptr), GPIPE_OK);
+
+  EXPECT_EQ(gpipe_create_from_string("model: [", MPI_COMM_WORLD, &t), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(std::string(gpipe_last_error()).rfind("<deck string>:", 0), 0u) << gpipe_last_error();
+  EXPECT_EQ(gpipe_create_from_file("/nonexistent.yaml", MPI_COMM_WORLD, &t), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "/nonexistent.yaml: cannot open input deck (missing or unreadable)");
+}
+
+TEST(CApi, WrongSizesAndLabels) {
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  int64_t features = 0, classes = 0, max_batch = 0;
+  ASSERT_EQ(gpipe_dimensions(t, &features, &classes, &max_batch), GPIPE_OK);
+  EXPECT_EQ(features, 5);
+  EXPECT_EQ(classes, 4);
+  EXPECT_EQ(max_batch, 8);
+  Batch b = batch(1);
+  EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 9, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_train_step: n = 9 samples, expected 2 (micro_batches) to 8 (batch_size)");
+  b.labels[3] = 4;
+  EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_train_step: labels[3] = 4 is outside [0, 4)");
+  std::vector<float> logits(8 * 4);
+  EXPECT_EQ(gpipe_predict(t, b.inputs.data(), 0, logits.data()), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_predict: n = 0 samples, expected 1 to 8 (batch_size)");
+  int64_t count = 0;
+  ASSERT_EQ(gpipe_parameter_count(t, &count), GPIPE_OK);
+  EXPECT_EQ(count, 5 * 12 + 12 + 12 * 4 + 4);
+  std::vector<double> p(static_cast<size_t>(count));
+  EXPECT_EQ(gpipe_get_parameters(t, p.data(), count - 1), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_get_parameters: count = 123, the model has 124 parameters");
+  EXPECT_EQ(gpipe_load_checkpoint(t, "/nonexistent.h5"), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "/nonexistent.h5: checkpoint not found");
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
+TEST(CApi, TrainingMatchesTheCppApiBitwise) {
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  Trainer<double> cpp(parse_deck(kDeck, "d"), MPI_COMM_WORLD);
+  double loss = -1;
+  for (std::uint64_t s = 0; s < 3; ++s) {
+    const Batch b = batch(10 + s);
+    ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
+    const LossSums sums = cpp.step(b.inputs.data(), b.labels.data(), 8);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    double expected = sums.loss;
+    MPI_Bcast(&expected, 1, MPI_DOUBLE, size - 1, MPI_COMM_WORLD);
+    EXPECT_EQ(loss, expected / 8);
+  }
+  int64_t count = 0;
+  gpipe_parameter_count(t, &count);
+  std::vector<double> c_params(static_cast<size_t>(count));
+  ASSERT_EQ(gpipe_get_parameters(t, c_params.data(), count), GPIPE_OK);
+  const auto cpp_params = cpp.gather_parameters();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) EXPECT_EQ(c_params, cpp_params);
+
+  // Inference: the logits reproduce the evaluation loss of the same samples.
+  const Batch b = batch(99);
+  std::vector<float> logits(8 * 4);
+  ASSERT_EQ(gpipe_predict(t, b.inputs.data(), 8, logits.data()), GPIPE_OK) << gpipe_last_error();
+  Dataset d;
+  d.samples = 8;
+  d.features = 5;
+  d.inputs = b.inputs;
+  d.labels = b.labels;
+  const Evaluation e = cpp.evaluate(d);
+  double sum = 0;
+  for (int i = 0; i < 8; ++i) {
+    double z = 0;
+    for (int j = 0; j < 4; ++j) z += std::exp(double(logits[size_t(i * 4 + j)]));
+    sum += std::log(z) - logits[size_t(i * 4 + b.labels[size_t(i)])];
+  }
+  EXPECT_NEAR(sum / 8, e.loss, 1e-6);  // logits are float32
+
+  // Checkpoint round trip through the C API.
+  const std::string path = ::testing::TempDir() + "gpipe_capi_" + std::to_string(count) + ".h5";
+  ASSERT_EQ(gpipe_save_checkpoint(t, path.c_str()), GPIPE_OK) << gpipe_last_error();
+  gpipe_trainer* restored = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &restored), GPIPE_OK);
+  ASSERT_EQ(gpipe_load_checkpoint(restored, path.c_str()), GPIPE_OK) << gpipe_last_error();
+  std::vector<double> r_params(static_cast<size_t>(count));
+  ASSERT_EQ(gpipe_get_parameters(restored, r_params.data(), count), GPIPE_OK);
+  EXPECT_EQ(r_params, c_params);
+  EXPECT_EQ(gpipe_destroy(restored), GPIPE_OK);
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
+}  // namespace
+}  // namespace gpipe
