@@ -147,6 +147,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     nlohmann::json j;
     const auto& r = reports.back();
     j["version"] = GPIPE_VERSION_STRING;
+    j["build"] = gpipe::build_description();
     j["deck"] = deck.path;
     j["ranks"] = ranks;
     j["precision"] = deck.precision;

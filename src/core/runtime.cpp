@@ -1,5 +1,6 @@
 #include "gpipe/core/runtime.hpp"
 
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -36,6 +37,9 @@ std::string build_description() {
   MPI_Get_library_version(mpi_version, &length);
   std::string mpi(mpi_version, static_cast<size_t>(length));
   if (auto cut = mpi.find_first_of(",\n"); cut != std::string::npos) mpi.resize(cut);
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  out << "HDF5 " << major << "." << minor << "." << release << "\n";
   out << "MPI: " << mpi << ", GPU-aware MPI: "
 #ifdef GPIPE_ENABLE_GPU_AWARE_MPI
       << "on";
