@@ -37,17 +37,26 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
   recording_ = false;
 }
 
+const char* region_name(EventKind kind) {
+  static const char* names[] = {"gpipe::forward", "gpipe::backward", "gpipe::recompute", "gpipe::send",
+                                "gpipe::receive", "gpipe::wait",     "gpipe::optimizer"};
+  return names[int(kind)];
+}
+
 Tracer::Scope::Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes)
     : tracer_(tracer && tracer->recording() ? tracer : nullptr) {
+  Kokkos::Profiling::pushRegion(region_name(kind));
   if (!tracer_) return;
   event_ = {tracer_->step_, std::int8_t(kind), micro_batch, tracer_->now(), 0, bytes};
 }
 
 Tracer::Scope::~Scope() {
-  if (!tracer_) return;
-  compat::fence("gpipe::Tracer::Scope");
-  event_.end = tracer_->now();
-  tracer_->events_.push_back(event_);
+  if (tracer_) {
+    compat::fence("gpipe::Tracer::Scope");
+    event_.end = tracer_->now();
+    tracer_->events_.push_back(event_);
+  }
+  Kokkos::Profiling::popRegion();
 }
 
 double mean_idle_fraction(const std::vector<StepSummary>& steps) {

@@ -55,8 +55,10 @@ class Tracer {
   bool recording() const { return recording_; }
   double now() const;
 
-  /// Times an operation while recording: fences the execution space at the
-  /// end so asynchronous kernels are counted.
+  /// One operation: always a Kokkos profiling region ("gpipe::forward",
+  /// "gpipe::backward", ... see region_name), so Kokkos Tools show the
+  /// pipeline's structure; and, while recording, a timed event (the
+  /// execution space is fenced at the end so asynchronous kernels count).
   class Scope {
    public:
     Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes = 0);
@@ -81,6 +83,10 @@ class Tracer {
   std::vector<TraceEvent> events_;
   std::vector<StepSummary> steps_;
 };
+
+/// Kokkos profiling region of an event kind: "gpipe::forward", "gpipe::backward",
+/// "gpipe::recompute", "gpipe::send", "gpipe::receive", "gpipe::wait", "gpipe::optimizer".
+const char* region_name(EventKind kind);
 
 /// Mean idle_fraction over `steps` (0 if empty).
 double mean_idle_fraction(const std::vector<StepSummary>& steps);

@@ -1,0 +1,362 @@
+#!/usr/bin/python3
+"""gpipe-kokkos against a PyTorch peer on CPU: samples/s of the deep MLP
+(inputs/deep_mlp.yaml: 784 -> 8 x [Dense 1024, ReLU] -> Dense 10, float32,
+batch 256, Adam lr 2e-4), side by side under the same conditions.
+
+  1 process : PyTorch's plain loop (forward, cross-entropy, backward, Adam)
+              vs gpipe-train on 1 rank (the deck's M, and M = 1).
+  2 processes: a GPipe fill-drain pipeline in torch.distributed (gloo, loopback,
+              isend/irecv; torch_pipeline.py) vs mpirun -n 2 gpipe-train, for
+              each M of --micro-batches, with the same 2-stage split.
+
+Fair conditions (printed): one BLAS thread per process on both sides
+(OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 in every process' environment
+before anything is loaded, plus torch.set_num_threads(1)); the same OpenBLAS
+library and the same OPENBLAS_* environment for both (--coretype sets
+OPENBLAS_CORETYPE for both; OPENBLAS_VERBOSE=2 makes both print the core
+OpenBLAS chose); glibc malloc's mmap and trim thresholds raised for the
+PyTorch processes so freed tensors are reused rather than page-faulted in
+again every step; synthetic data for PyTorch, warm-up steps untimed; for
+gpipe-train the training-only samples_per_second of its --summary JSON.
+
+Run with Debian's /usr/bin/python3 (python3-torch); the pyenv python3 on PATH
+has no torch.
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import torch_pipeline as tp  # noqa: E402  (does not import torch)
+
+TARGET_1 = 1.1   # gpipe >= 1.1 x PyTorch, 1 process
+TARGET_2 = 1.5   # gpipe >= 1.5 x the PyTorch pipeline, 2 processes, per M
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, **kw).stdout
+
+
+def load():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def busy_processes():
+    """Other processes using CPU now (top's first sample), for the record."""
+    out = sh(["top", "-bn1"]) if shutil.which("top") else ""
+    rows, started = [], False
+    for line in out.splitlines():
+        if line.strip().startswith("PID"):
+            started = True
+            continue
+        if started and line.strip():
+            f = line.split()
+            try:
+                if float(f[8]) >= 20.0 and f[11] != "top" and int(f[0]) != os.getpid():
+                    rows.append(f"{f[11]}({f[8]}%)")
+            except (IndexError, ValueError):
+                pass
+    return ", ".join(rows) or "none"
+
+
+# ---- environment -------------------------------------------------------------
+def base_env(args):
+    env = dict(os.environ)
+    env.update(tp.FAIR_ENV)
+    env["OPENBLAS_VERBOSE"] = "2"   # both sides print "Core: NAME" once at load
+    if args.coretype:
+        env["OPENBLAS_CORETYPE"] = args.coretype
+    return env
+
+
+def blas_env_vars(env):
+    return {k: v for k, v in sorted(env.items())
+            if k.startswith(("OPENBLAS_", "OMP_", "GOTO", "MKL_", "MALLOC_"))}
+
+
+def torch_env(args):
+    env = base_env(args)
+    env.update(tp.MALLOC_ENV)
+    return env
+
+
+# ---- PyTorch -----------------------------------------------------------------
+def torch_config(args):
+    code = ("import torch, json, sys; sys.path.insert(0, %r); import torch_pipeline as tp;"
+            "x = torch.randn(8, 8); x @ x;"
+            "print('CONFIG ' + json.dumps({'show': torch.__config__.show(),"
+            " 'version': torch.__version__, 'blas': tp.blas_info()}))" % HERE)
+    out = sh([args.python, "-c", code], env=torch_env(args))
+    for line in out.splitlines():
+        if line.startswith("CONFIG "):
+            return json.loads(line[7:])
+    raise RuntimeError("could not import torch with %s:\n%s" % (args.python, out))
+
+
+def run_torch(args, mode, micro=None, split=None):
+    cmd = [args.python, os.path.join(HERE, "torch_pipeline.py"), "--mode", mode,
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--foreach", args.foreach]
+    if mode == "pipeline":
+        cmd += ["--micro-batches", str(micro), "--split", " ".join(map(str, split))]
+    out = sh(cmd, env=torch_env(args))
+    log(args, "torch " + " ".join(cmd[2:]), out)
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError("PyTorch run failed: %s\n%s" % (" ".join(cmd), out[-3000:]))
+
+
+# ---- gpipe-kokkos ------------------------------------------------------------
+def gpipe_blas(args):
+    out = sh(["ldd", args.gpipe_train])
+    libs = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) => (\S+)", line)
+        if m and re.search(r"blas|lapack|mkl", m.group(1)):
+            libs[m.group(1)] = (m.group(2), os.path.realpath(m.group(2)))
+    return libs
+
+
+def run_gpipe(args, ranks, micro, split=None):
+    env = base_env(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "summary.json")
+        cmd = [args.gpipe_train, args.deck,
+               "--set", "data.train_limit=%d" % (args.gpipe_steps * tp.BATCH),
+               "--set", "data.test_limit=256",
+               "--set", "training.progress_every=0",
+               "--set", "training.epochs=1",
+               "--set", "training.batch_size=%d" % tp.BATCH,
+               "--summary", summary]
+        if micro is not None:
+            cmd += ["--set", "training.micro_batches=%d" % micro]
+        if split is not None:
+            cmd += ["--set", "pipeline.balance=[%s]" % ",".join(map(str, split))]
+        if ranks > 1 or args.always_mpirun:
+            launcher = [args.mpirun, "-n", str(ranks), "--bind-to", args.bind]
+            if os.geteuid() == 0:
+                launcher.append("--allow-run-as-root")
+            for k in blas_env_vars(env):
+                launcher += ["-x", k]
+            cmd = launcher + cmd
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=ROOT)
+        log(args, "gpipe " + " ".join(cmd), proc.stdout)
+        if proc.returncode != 0 or not os.path.exists(summary):
+            raise RuntimeError("gpipe-train failed (status %d): %s\n%s"
+                               % (proc.returncode, shlex.join(cmd), proc.stdout[-3000:]))
+        with open(summary) as f:
+            res = json.load(f)
+    res["cores"] = sorted(set(re.findall(r"Core: (\S+)", proc.stdout)))
+    res["warnings"] = [l.strip() for l in proc.stdout.splitlines() if "warning" in l.lower()]
+    res["command"] = shlex.join(cmd)
+    return res
+
+
+def log(args, title, text):
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", title)[:150]
+        with open(os.path.join(args.log_dir, name + ".log"), "a") as f:
+            f.write(text)
+
+
+# ---- the study ---------------------------------------------------------------
+def best(results):
+    results = [r for r in results if r]
+    return max(results, key=lambda r: r["samples_per_second"]) if results else None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20,
+                   help="timed PyTorch steps, and gpipe-train's steps (train_limit = steps x 256) (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed PyTorch warm-up steps (default 3)")
+    p.add_argument("--micro-batches", default="1 2 4 8", help="M values for 2 processes (default '1 2 4 8')")
+    p.add_argument("--coretype", default=None,
+                   help="set OPENBLAS_CORETYPE=NAME for both sides (e.g. SkylakeX); default: the environment as is")
+    p.add_argument("--gpipe-train", default=os.path.join(ROOT, "build", "apps", "gpipe-train"),
+                   help="gpipe-train binary (default build/apps/gpipe-train)")
+    p.add_argument("--deck", default=os.path.join(ROOT, "inputs", "deep_mlp.yaml"),
+                   help="input deck (default inputs/deep_mlp.yaml)")
+    p.add_argument("--split", default="gpipe",
+                   help="2-stage split: 'gpipe' (the partition gpipe-train's pipeline.balance chose in the "
+                        "same configuration; flops balance with --skip-gpipe), 'flops' (%s, given to both), "
+                        "or layer counts such as '9 8' (given to both) (default gpipe)"
+                        % " ".join(map(str, tp.flops_split())))
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every measurement N times, alternating sides, and keep the best (default 1)")
+    p.add_argument("--bind", choices=["none", "core"], default="none",
+                   help="mpirun --bind-to for gpipe-train (PyTorch processes are not pinned) (default none)")
+    p.add_argument("--foreach", choices=["default", "on", "off"], default="default",
+                   help="PyTorch Adam's foreach (multi-tensor) implementation (default: torch's default)")
+    p.add_argument("--mpirun", default="mpirun", help="MPI launcher (default mpirun)")
+    p.add_argument("--always-mpirun", action="store_true", help="start the 1-rank gpipe-train under mpirun too")
+    p.add_argument("--python", default="/usr/bin/python3",
+                   help="interpreter with torch for the PyTorch runs (default /usr/bin/python3)")
+    p.add_argument("--skip-gpipe", action="store_true", help="PyTorch only (debugging)")
+    p.add_argument("--skip-torch", action="store_true", help="gpipe-train only (debugging)")
+    p.add_argument("--skip-single", action="store_true", help="only the 2-process rows")
+    p.add_argument("--skip-pipeline", action="store_true", help="only the 1-process rows")
+    p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("--log-dir", default=None, help="keep every run's output in this folder")
+    args = p.parse_args(argv)
+    args.gpipe_steps = args.steps
+    micros = [int(m) for m in args.micro_batches.replace(",", " ").split()]
+    if args.split not in ("gpipe", "flops"):
+        fixed = [int(s) for s in args.split.replace(",", " ").split()]
+    elif args.split == "flops":
+        fixed = tp.flops_split()
+    else:
+        fixed = None
+    if not args.skip_gpipe and not os.access(args.gpipe_train, os.X_OK):
+        p.error("%s: not found or not executable (build it, or give --gpipe-train, or --skip-gpipe)" % args.gpipe_train)
+
+    # ---- conditions
+    print("== gpipe-kokkos vs PyTorch, deep MLP (784-8x1024-10, float32, batch 256, Adam 2e-4)")
+    print("date      :", datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
+    cpu = re.search(r"Model name:\s*(.*)", sh(["lscpu"]))
+    print("machine   : %s, %d cores (nproc), %s" % (cpu.group(1).strip() if cpu else platform.processor(),
+                                                   os.cpu_count(), platform.platform()))
+    print("load      : %s (1/5/15 min); other busy processes: %s" % (load(), busy_processes()))
+    env = base_env(args)
+    print("BLAS env  : both sides: %s" % " ".join("%s=%s" % kv for kv in blas_env_vars(env).items()))
+    print("            PyTorch also: %s, torch.set_num_threads(1), set_num_interop_threads(1); mallopt the same"
+          % " ".join("%s=%s" % kv for kv in tp.MALLOC_ENV.items()))
+    print("            OPENBLAS_CORETYPE: %s" % (env.get("OPENBLAS_CORETYPE") or "unset (OpenBLAS detects the core)"))
+    results = {"args": vars(args), "env": blas_env_vars(env), "single": {}, "pipeline": {}}
+    if not args.skip_torch:
+        cfg = torch_config(args)
+        show = cfg["show"]
+        keys = re.findall(r"(BLAS_INFO=[^,]*|LAPACK_INFO=[^,]*|USE_MKLDNN=[^,]*|USE_OPENMP=[^,]*)", show)
+        feats = [l.strip(" -") for l in show.splitlines()
+                 if re.search(r"MKL|OpenMP|LAPACK|CPU capability", l) and "Build settings" not in l]
+        print("PyTorch   : %s, %s; %s" % (cfg["version"], "; ".join(feats), ", ".join(keys)))
+        print("            loaded: %s" % ", ".join(cfg["blas"]["libraries"]))
+        print("            OpenBLAS core: %s (%s)" % (cfg["blas"].get("openblas_core"),
+                                                      cfg["blas"].get("openblas_config")))
+        results["torch_config"] = cfg
+    if not args.skip_gpipe:
+        libs = gpipe_blas(args)
+        st = os.stat(args.gpipe_train)
+        with open(args.gpipe_train, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        print("gpipe     : %s (built %s, sha256 %s)" % (
+            os.path.relpath(args.gpipe_train, ROOT),
+            datetime.datetime.fromtimestamp(st.st_mtime).strftime("%Y-%m-%d %H:%M"), digest))
+        print("            %s" % sh([args.gpipe_train, "--version"]).strip().replace("\n", "; "))
+        print("            ldd: %s" % ", ".join("%s => %s" % (k, v[1]) for k, v in libs.items()))
+        results["gpipe_blas"] = libs
+        if not args.skip_torch:
+            ob = [v[1] for k, v in libs.items() if "openblas" in k]
+            same = ob and any(os.path.realpath(l) == ob[0] for l in cfg["blas"]["libraries"])
+            print("same BLAS : %s" % ("yes, both load %s" % ob[0] if same else "NO: check the libraries above"))
+    print("steps     : PyTorch %d warm-up + %d timed; gpipe-train %d steps (train_limit %d, all timed, "
+          "evaluation on 256 test samples excluded)" % (args.warmup, args.steps, args.gpipe_steps,
+                                                        args.gpipe_steps * tp.BATCH))
+    print("mpirun    : --bind-to %s; PyTorch processes unpinned; repeats %d (best kept)" % (args.bind, args.repeats))
+    sys.stdout.flush()
+
+    rows = []   # (configuration, split, torch sps, gpipe sps, target)
+
+    # ---- 1 process
+    if not args.skip_single:
+        single_cfgs = [("deck", None), ("1", 1)]
+        t_res, g_res = [], {c: [] for c, _ in single_cfgs}
+        for _ in range(args.repeats):
+            if not args.skip_torch:
+                t_res.append(run_torch(args, "single"))
+            if not args.skip_gpipe:
+                for name, m in single_cfgs:
+                    g_res[name].append(run_gpipe(args, 1, m))
+        t = best(t_res)
+        results["single"]["torch"] = t_res
+        for name, m in single_cfgs:
+            g = best(g_res[name])
+            results["single"]["gpipe_M=" + name] = g_res[name]
+            mlabel = "M=%s" % (g["micro_batches"] if g else ("deck" if m is None else m))
+            rows.append(("1 process, gpipe %s" % mlabel, "-", t, g, TARGET_1))
+
+    # ---- 2 processes
+    if not args.skip_pipeline:
+        for m in micros:
+            t_res, g_res = [], []
+            for _ in range(args.repeats):
+                split = fixed
+                if not args.skip_gpipe:
+                    g_res.append(run_gpipe(args, 2, m, fixed))
+                    if split is None:
+                        split = g_res[-1]["partition"]
+                if split is None:
+                    split = tp.flops_split()
+                if not args.skip_torch:
+                    t_res.append(run_torch(args, "pipeline", m, split))
+            t, g = best(t_res), best(g_res)
+            results["pipeline"]["M=%d" % m] = {"torch": t_res, "gpipe": g_res}
+            used = (t or g)["split" if t else "partition"]
+            rows.append(("2 processes, M=%d" % m, "%d|%d" % tuple(used), t, g, TARGET_2))
+
+    # ---- table
+    print()
+    print("%-26s %-6s %12s %12s %7s %8s  %s" % ("configuration", "split", "PyTorch", "gpipe", "ratio",
+                                              "target", "status"))
+    print("%-26s %-6s %12s %12s %7s %8s" % ("", "", "samples/s", "samples/s", "g/t", ""))
+    for name, split, t, g, target in rows:
+        ts = t["samples_per_second"] if t else None
+        gs = g["samples_per_second"] if g else None
+        ratio = gs / ts if ts and gs else None
+        status = "-" if ratio is None else ("met" if ratio >= target else "MISSED")
+        print("%-26s %-6s %12s %12s %7s %8s  %s" % (
+            name, split, "%.0f" % ts if ts else "-", "%.0f" % gs if gs else "-",
+            "%.2f" % ratio if ratio else "-", ">=%.1fx" % target, status))
+
+    # ---- details
+    print()
+    fl = tp.flops_per_sample()
+    for name, split, t, g, target in rows:
+        bits = []
+        if t:
+            bits.append("PyTorch %.1f GFLOP/s, %.0f minor faults/step" % (
+                t["samples_per_second"] * fl / 1e9, t["minor_faults_per_step"]))
+            if t.get("ranks"):
+                bits.append("waits " + "/".join("r%d %.0f%%" % (r["rank"], 100 * r["wait_seconds"] / r["seconds"])
+                                                  for r in t["ranks"]))
+            bits.append("core %s" % t["blas"].get("openblas_core"))
+        if g:
+            bits.append("gpipe %.1f GFLOP/s, imbalance %.3f, partition %s, core %s" % (
+                g["samples_per_second"] * fl / 1e9, g.get("imbalance", float("nan")),
+                "|".join(map(str, g.get("partition", []))), ",".join(g["cores"]) or "?"))
+        print("  %-24s %s" % (name, "; ".join(bits)))
+    warnings = sorted({w for k in results["pipeline"].values() for g in k["gpipe"] for w in g["warnings"]} |
+                      {w for k, v in results["single"].items() if k != "torch" for g in v for w in g["warnings"]})
+    if warnings:
+        print("gpipe-train warnings:")
+        for w in warnings:
+            print("  " + w)
+    print("load after: %s (1/5/15 min); other busy processes: %s" % (load(), busy_processes()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print("results written to", args.json)
+
+
+if __name__ == "__main__":
+    main()
