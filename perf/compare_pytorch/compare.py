@@ -30,11 +30,13 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -76,6 +78,45 @@ def busy_processes():
     return ", ".join(rows) or "none"
 
 
+class ForeignLoad:
+    """CPU time the rest of the machine used while our child ran: busy jiffies of
+    /proc/stat minus our children's user+system time, in cores (1.0 = one core
+    fully taken by someone else). Not exact (clock-tick granularity), but shows
+    a compile running next to a measurement."""
+
+    def __enter__(self):
+        self.t0, self.c0, self.b0 = time.monotonic(), self._children(), self._busy()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.monotonic() - self.t0
+        other = (self._busy() - self.b0) - (self._children() - self.c0)
+        self.cores = max(0.0, other / wall) if wall > 0 else 0.0
+        return False
+
+    @staticmethod
+    def _children():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    @staticmethod
+    def _busy():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_idle(args):
+    """Wait (at most --wait-idle seconds) until others use under 0.2 cores for 3 s."""
+    deadline = time.monotonic() + args.wait_idle
+    while time.monotonic() < deadline:
+        b0 = ForeignLoad._busy()
+        time.sleep(3)
+        if (ForeignLoad._busy() - b0) / 3 < 0.2:
+            return
+
+
 # ---- environment -------------------------------------------------------------
 def base_env(args):
     env = dict(os.environ)
@@ -115,11 +156,15 @@ def run_torch(args, mode, micro=None, split=None):
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--foreach", args.foreach]
     if mode == "pipeline":
         cmd += ["--micro-batches", str(micro), "--split", " ".join(map(str, split))]
-    out = sh(cmd, env=torch_env(args))
+    wait_idle(args)
+    with ForeignLoad() as fl:
+        out = sh(cmd, env=torch_env(args))
     log(args, "torch " + " ".join(cmd[2:]), out)
     for line in out.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
+            res = json.loads(line[7:])
+            res["foreign_load"] = fl.cores
+            return res
     raise RuntimeError("PyTorch run failed: %s\n%s" % (" ".join(cmd), out[-3000:]))
 
 
@@ -156,14 +201,17 @@ def run_gpipe(args, ranks, micro, split=None):
             for k in blas_env_vars(env):
                 launcher += ["-x", k]
             cmd = launcher + cmd
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=ROOT)
+        wait_idle(args)
+        with ForeignLoad() as fl:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=env, cwd=ROOT)
         log(args, "gpipe " + " ".join(cmd), proc.stdout)
         if proc.returncode != 0 or not os.path.exists(summary):
             raise RuntimeError("gpipe-train failed (status %d): %s\n%s"
                                % (proc.returncode, shlex.join(cmd), proc.stdout[-3000:]))
         with open(summary) as f:
             res = json.load(f)
+    res["foreign_load"] = fl.cores
     res["cores"] = sorted(set(re.findall(r"Core: (\S+)", proc.stdout)))
     res["warnings"] = [l.strip() for l in proc.stdout.splitlines() if "warning" in l.lower()]
     res["command"] = shlex.join(cmd)
@@ -216,6 +264,9 @@ def main(argv=None):
     p.add_argument("--skip-torch", action="store_true", help="gpipe-train only (debugging)")
     p.add_argument("--skip-single", action="store_true", help="only the 2-process rows")
     p.add_argument("--skip-pipeline", action="store_true", help="only the 1-process rows")
+    p.add_argument("--wait-idle", type=float, default=0, metavar="S",
+                   help="before each measurement wait up to S seconds for the machine to be idle "
+                        "(others under 0.2 cores for 3 s) (default 0: do not wait)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.add_argument("--log-dir", default=None, help="keep every run's output in this folder")
     args = p.parse_args(argv)
@@ -331,20 +382,21 @@ def main(argv=None):
     # ---- details
     print()
     fl = tp.flops_per_sample()
+    print("details (%.1f MFLOP per sample, forward + backward GEMMs):" % (fl / 1e6))
     for name, split, t, g, target in rows:
-        bits = []
+        print("  %s" % name)
         if t:
-            bits.append("PyTorch %.1f GFLOP/s, %.0f minor faults/step" % (
-                t["samples_per_second"] * fl / 1e9, t["minor_faults_per_step"]))
+            waits = ""
             if t.get("ranks"):
-                bits.append("waits " + "/".join("r%d %.0f%%" % (r["rank"], 100 * r["wait_seconds"] / r["seconds"])
-                                                  for r in t["ranks"]))
-            bits.append("core %s" % t["blas"].get("openblas_core"))
+                waits = "; waiting " + ", ".join("rank %d %.0f%%" % (r["rank"], 100 * r["wait_seconds"] / r["seconds"])
+                                                 for r in t["ranks"])
+            print("    PyTorch: %.1f GFLOP/s, %.0f minor page faults/step, OpenBLAS core %s, others' load %.2f cores%s"
+                  % (t["samples_per_second"] * fl / 1e9, t["minor_faults_per_step"],
+                     t["blas"].get("openblas_core"), t["foreign_load"], waits))
         if g:
-            bits.append("gpipe %.1f GFLOP/s, imbalance %.3f, partition %s, core %s" % (
-                g["samples_per_second"] * fl / 1e9, g.get("imbalance", float("nan")),
-                "|".join(map(str, g.get("partition", []))), ",".join(g["cores"]) or "?"))
-        print("  %-24s %s" % (name, "; ".join(bits)))
+            print("    gpipe  : %.1f GFLOP/s, partition %s, imbalance %.3f, OpenBLAS core %s, others' load %.2f cores"
+                  % (g["samples_per_second"] * fl / 1e9, "|".join(map(str, g.get("partition", []))),
+                     g.get("imbalance", float("nan")), ",".join(g["cores"]) or "?", g["foreign_load"]))
     warnings = sorted({w for k in results["pipeline"].values() for g in k["gpipe"] for w in g["warnings"]} |
                       {w for k, v in results["single"].items() if k != "torch" for g in v for w in g["warnings"]})
     if warnings:

@@ -110,6 +110,9 @@ def flops_per_sample():
 
 
 # ---- process set-up ------------------------------------------------------------
+_CONFIGURED = False
+
+
 def configure_process(threads=1):
     """Before torch is imported: the fair environment, and malloc thresholds."""
     for k, v in FAIR_ENV.items():
@@ -123,11 +126,11 @@ def configure_process(threads=1):
     except OSError:
         pass
     import torch
-    torch.set_num_threads(threads)
-    try:
+    global _CONFIGURED
+    if not _CONFIGURED:  # set_num_interop_threads may be called once (a second call aborts)
+        torch.set_num_threads(threads)
         torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass  # already set in this process
+        _CONFIGURED = True
     return torch
 
 
@@ -172,7 +175,9 @@ def synthetic_batches(torch, count=4, seed=7):
     return xs, ys
 
 
-def make_optimizer(torch, params, foreach):
+def make_optimizer(torch, params, foreach, kind="adam"):
+    if kind == "sgd":  # --check only: unlike Adam, SGD's step shows a wrongly scaled gradient
+        return torch.optim.SGD(params, lr=0.5)
     kw = {"lr": LR}
     if foreach is not None:
         kw["foreach"] = foreach
@@ -184,12 +189,12 @@ def minflt():
 
 
 # ---- one process ---------------------------------------------------------------
-def run_single(steps, warmup, foreach=None):
+def run_single(steps, warmup, foreach=None, params_out=None, kind="adam"):
     torch = configure_process()
     import torch.nn.functional as F
     torch.manual_seed(7)
     model = build_model(torch)
-    opt = make_optimizer(torch, model.parameters(), foreach)
+    opt = make_optimizer(torch, model.parameters(), foreach, kind)
     xs, ys = synthetic_batches(torch)
 
     def step(i):
@@ -208,6 +213,8 @@ def run_single(steps, warmup, foreach=None):
         loss = step(warmup + i)
     elapsed = time.perf_counter() - t0
     f1 = minflt()
+    if params_out is not None:
+        params_out.extend(t.detach().clone() for t in model.parameters())
     return {
         "mode": "single", "processes": 1, "steps": steps, "warmup": warmup,
         "batch": BATCH, "seconds": elapsed,
@@ -224,7 +231,8 @@ def _split_rows(n, m):
     return [n // m + (1 if i < n % m else 0) for i in range(m)]
 
 
-def _pipeline_worker(rank, world, port, split, micro, steps, warmup, foreach, out_path):
+def _pipeline_worker(rank, world, port, split, micro, steps, warmup, foreach, out_path, save=False,
+                     kind="adam"):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -237,7 +245,7 @@ def _pipeline_worker(rank, world, port, split, micro, steps, warmup, foreach, ou
     bounds = [sum(split[:r]) for r in range(world + 1)]
     stage = full[bounds[rank]:bounds[rank + 1]]
     del full
-    opt = make_optimizer(torch, stage.parameters(), foreach)
+    opt = make_optimizer(torch, stage.parameters(), foreach, kind)
     xs, ys = synthetic_batches(torch)
     rows = _split_rows(BATCH, micro)
     spec = layer_spec()
@@ -306,6 +314,8 @@ def _pipeline_worker(rank, world, port, split, micro, steps, warmup, foreach, ou
            "threads": torch.get_num_threads(), "torch": torch.__version__}
     with open(f"{out_path}.{rank}", "w") as f:
         json.dump(res, f)
+    if save:
+        torch.save([t.detach().clone() for t in stage.parameters()], f"{out_path}.{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
 
@@ -316,7 +326,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_pipeline(micro, steps, warmup, split=None, foreach=None, world=2):
+def run_pipeline(micro, steps, warmup, split=None, foreach=None, world=2, params_out=None, kind="adam"):
     import tempfile
     configure_process()
     import torch.multiprocessing as mp
@@ -326,11 +336,15 @@ def run_pipeline(micro, steps, warmup, split=None, foreach=None, world=2):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank")
         mp.spawn(_pipeline_worker, nprocs=world, join=True,
-                 args=(world, _free_port(), split, micro, steps, warmup, foreach, out))
+                 args=(world, _free_port(), split, micro, steps, warmup, foreach, out,
+                       params_out is not None, kind))
         ranks = []
         for r in range(world):
             with open(f"{out}.{r}") as f:
                 ranks.append(json.load(f))
+            if params_out is not None:
+                import torch
+                params_out.extend(torch.load(f"{out}.{r}.pt"))
     elapsed = ranks[0]["seconds"]
     return {
         "mode": "pipeline", "processes": world, "micro_batches": micro, "split": split,
@@ -340,6 +354,26 @@ def run_pipeline(micro, steps, warmup, split=None, foreach=None, world=2):
         "ranks": ranks, "torch": ranks[0]["torch"], "threads": ranks[0]["threads"],
         "blas": ranks[0]["blas"],
     }
+
+
+def check(steps, foreach):
+    ok = True
+    for kind in ("sgd", "adam"):
+        ref = []
+        run_single(steps, 0, foreach, ref, kind)
+        torch = configure_process()
+        torch.manual_seed(7)
+        init = [t.detach().clone() for t in build_model(torch).parameters()]
+        moved = max(float((a - b).abs().max()) for a, b in zip(ref, init))
+        for micro in (1, 3, 4):
+            got = []
+            run_pipeline(micro, steps, 0, None, foreach, params_out=got, kind=kind)
+            diff = max(float((a - b).abs().max()) for a, b in zip(ref, got))
+            good = len(got) == len(ref) and diff <= 1e-3 * moved
+            ok &= good
+            print("check %s M=%d: %d tensors, max |pipeline - plain| = %.3g, the weights moved up to %.3g: %s"
+                  % (kind, micro, len(got), diff, moved, "ok" if good else "FAILED"), flush=True)
+    return 0 if ok else 1
 
 
 def main(argv=None):
@@ -353,8 +387,13 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up steps (default 3)")
     p.add_argument("--foreach", choices=["default", "on", "off"], default="default",
                    help="Adam's multi-tensor implementation (default: torch's default)")
+    p.add_argument("--check", action="store_true",
+                   help="correctness check instead of timing: the pipeline's weights after --steps steps "
+                        "(no warm-up) must equal the plain loop's up to float rounding, for M = 1, 3, 4")
     a = p.parse_args(argv)
     foreach = {"default": None, "on": True, "off": False}[a.foreach]
+    if a.check:
+        return check(a.steps, foreach)
     if a.mode == "single":
         res = run_single(a.steps, a.warmup, foreach)
     else:
@@ -367,4 +406,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -50,9 +50,11 @@ void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
   const auto out = this->out_features();
   auto b = bias_;
   Kokkos::parallel_for(
-      "gpipe::Dense::forward_bias",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {std::int64_t(y.extent(0)), out}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = b(0, j); });
+      "gpipe::Dense::forward_bias", RowPolicy(std::int64_t(y.extent(0)), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, out), [&](const std::int64_t j) { y(i, j) = b(0, j); });
+      });
   KokkosBlas::gemm("N", "N", T(1), x, weight_, T(1), y);
 }
 

@@ -18,11 +18,14 @@ void apply_mask(const PassContext& ctx, std::int64_t layer, double rate, ConstMa
   const std::int64_t offset = ctx.sample_offset;
   const T scale = T(1.0 / (1.0 - rate));
   Kokkos::parallel_for(
-      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, f}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        const double u =
-            rng::uniform01(rng::hash(key, std::uint64_t(offset + i), std::uint64_t(j)));
-        out(i, j) = u >= rate ? in(i, j) * scale : T(0);
+      label, RowPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank();
+        // One key per sample, then one SplitMix64 step per column.
+        const std::uint64_t row = rng::mix64(key ^ rng::mix64(std::uint64_t(offset + i)));
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, f), [&](const std::int64_t j) {
+          const double u = rng::uniform01(rng::mix64(row + std::uint64_t(j)));
+          out(i, j) = u >= rate ? in(i, j) * scale : T(0);
+        });
       });
 }
 }  // namespace

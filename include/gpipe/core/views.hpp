@@ -30,7 +30,8 @@ using ConstLabelVector = Kokkos::View<const std::int32_t*, MemSpace>;
 template <class T>
 Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>
 unmanaged_matrix(T* data, std::int64_t rows, std::int64_t cols) {
-  return {data, static_cast<size_t>(rows), static_cast<size_t>(cols)};
+  using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  return Unmanaged(data, static_cast<size_t>(rows), static_cast<size_t>(cols));
 }
 
 /// The first `rows` rows of a row-major matrix (still row-major, no copy).
@@ -39,5 +40,20 @@ auto leading_rows(const ViewT& m, std::int64_t rows) {
   return Kokkos::subview(m, std::make_pair<std::int64_t, std::int64_t>(0, std::int64_t(rows)),
                          Kokkos::ALL);
 }
+
+/// The elements of a contiguous row-major matrix as one flat vector, for
+/// element-wise kernels (no copy). Every matrix gpipe allocates, and every
+/// leading_rows() of one, is contiguous.
+template <class ViewT>
+Kokkos::View<typename ViewT::value_type*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(
+    const ViewT& m) {
+  using Flat = Kokkos::View<typename ViewT::value_type*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  return Flat(m.data(), m.span());
+}
+
+/// One team per row, for kernels that work row by row (reductions over a
+/// row, per-row random keys); columns go to the team's threads.
+using RowPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using RowMember = RowPolicy::member_type;
 
 }  // namespace gpipe

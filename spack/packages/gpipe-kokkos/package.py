@@ -112,7 +112,7 @@ class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
     # recipe passes Kokkos_ENABLE_CUDA_LAMBDA=OFF unless +cuda_lambda; always on in 5.
     requires("^kokkos+cuda_lambda", when="+cuda ^kokkos@:4")
     # Kokkos' CUDA backend needs CUDA-13 fixes first released in 4.7.02 / 5.0.1
-    # (shared/DESIGN.md section 4). Drop this if your Kokkos carries them.
+    # (docs/porting.md, "CUDA 13"). Drop this if your Kokkos carries them.
     conflicts("^cuda@13:", when="+cuda ^kokkos@:4.7.01", msg="CUDA 13 needs Kokkos 4.7.02 or 5.0.1+")
     conflicts("^cuda@13:", when="+cuda ^kokkos@5.0.0", msg="CUDA 13 needs Kokkos 4.7.02 or 5.0.1+")
 

@@ -1,0 +1,72 @@
+// MPI point-to-point between 2 ranks at activation-sized messages, through
+// gpipe's BoundaryBuffer (the same path the pipeline uses): ping-pong
+// latency (half the round trip) and bandwidth.
+//   mpirun -n 2 build/perf/gpipe_bench_p2p
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "bench_common.hpp"
+#include "gpipe/pipeline/transport.hpp"
+
+namespace {
+
+// Arg: rows of a (rows, 1024) float activation.
+void PingPong(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), cols = 1024;
+  gpipe::Communicator comm(MPI_COMM_WORLD);
+  gpipe::BoundaryBuffer<float> out("bench::out", rows, cols), in("bench::in", rows, cols);
+  const int rank = comm.rank(), peer = 1 - rank;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    if (rank == 0) {
+      in.post_recv(comm.get(), peer, 1, rows, "pong");
+      out.post_send(comm.get(), peer, 0, rows);
+      out.wait();
+      in.wait();
+    } else {
+      in.post_recv(comm.get(), peer, 0, rows, "ping");
+      in.wait();
+      out.post_send(comm.get(), peer, 1, rows);
+      out.wait();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += s;
+    state.SetIterationTime(s);
+  }
+  const double bytes = double(rows * cols * sizeof(float));
+  state.counters["bytes"] = bytes;
+  state.counters["latency_us"] = 0.5e6 * seconds / double(state.iterations());
+  state.counters["GB/s"] = 2.0 * bytes * double(state.iterations()) / seconds * 1e-9;
+}
+
+// Fixed iteration counts: both ranks must run the same number of exchanges.
+BENCHMARK(PingPong)->Arg(1)->Arg(16)->Arg(32)->Arg(256)->Iterations(2000)->UseManualTime()->Unit(
+    benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2) {
+    if (rank == 0) std::fprintf(stderr, "gpipe_bench_p2p: run with exactly 2 ranks (mpirun -n 2)\n");
+    MPI_Finalize();
+    return 2;
+  }
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    benchmark::Initialize(&argc, argv);
+    gpipe::bench::add_build_context();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  }
+  MPI_Finalize();
+  return 0;
+}
