@@ -4,7 +4,9 @@
 Two measurements, each printing one JSON line (prefix ``RESULT ``) on stdout:
 
 * ``--mode single``: the plain PyTorch loop on one process: forward, cross-entropy,
-  backward, Adam step, batch 256.
+  backward, Adam step, batch 256 (with ``--micro-batches M`` > 1: gradient
+  accumulation over M micro-batches, for a like-for-like look at gpipe-train's
+  M on one rank).
 * ``--mode pipeline``: a GPipe fill-drain pipeline over 2 processes written with
   torch.distributed (gloo backend, loopback only, point-to-point isend/irecv):
   the 17-layer list is cut into 2 stages, each mini-batch is split into M
@@ -189,7 +191,7 @@ def minflt():
 
 
 # ---- one process ---------------------------------------------------------------
-def run_single(steps, warmup, foreach=None, params_out=None, kind="adam"):
+def run_single(steps, warmup, foreach=None, params_out=None, kind="adam", micro=1):
     torch = configure_process()
     import torch.nn.functional as F
     torch.manual_seed(7)
@@ -197,11 +199,18 @@ def run_single(steps, warmup, foreach=None, params_out=None, kind="adam"):
     opt = make_optimizer(torch, model.parameters(), foreach, kind)
     xs, ys = synthetic_batches(torch)
 
+    rows = _split_rows(BATCH, micro)
+
     def step(i):
         x, y = xs[i % len(xs)], ys[i % len(ys)]
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
+        if micro == 1:   # the plain loop
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        else:            # gradient accumulation over micro-batches, loss scaled by 1/N
+            for xm, ym in zip(x.split(rows), y.split(rows)):
+                loss = F.cross_entropy(model(xm), ym, reduction="sum") / BATCH
+                loss.backward()
         opt.step()
         return loss
 
@@ -216,7 +225,7 @@ def run_single(steps, warmup, foreach=None, params_out=None, kind="adam"):
     if params_out is not None:
         params_out.extend(t.detach().clone() for t in model.parameters())
     return {
-        "mode": "single", "processes": 1, "steps": steps, "warmup": warmup,
+        "mode": "single", "processes": 1, "micro_batches": micro, "steps": steps, "warmup": warmup,
         "batch": BATCH, "seconds": elapsed,
         "samples_per_second": steps * BATCH / elapsed,
         "minor_faults_per_step": (f1 - f0) / steps,
@@ -380,7 +389,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["single", "pipeline"], default="single")
-    p.add_argument("--micro-batches", type=int, default=4, help="M for --mode pipeline (default 4)")
+    p.add_argument("--micro-batches", type=int, default=None,
+                   help="M: for --mode pipeline (default 4); for --mode single, M > 1 accumulates the "
+                        "gradients of M micro-batches before the step (default 1: the plain loop)")
     p.add_argument("--split", default=None,
                    help="layers per stage, e.g. '9 8' (default: the flops balance, %s)" % flops_split())
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
@@ -394,8 +405,10 @@ def main(argv=None):
     foreach = {"default": None, "on": True, "off": False}[a.foreach]
     if a.check:
         return check(a.steps, foreach)
+    if a.micro_batches is None:
+        a.micro_batches = 1 if a.mode == "single" else 4
     if a.mode == "single":
-        res = run_single(a.steps, a.warmup, foreach)
+        res = run_single(a.steps, a.warmup, foreach, micro=a.micro_batches)
     else:
         split = [int(s) for s in a.split.replace(",", " ").split()] if a.split else None
         res = run_pipeline(a.micro_batches, a.steps, a.warmup, split, foreach)

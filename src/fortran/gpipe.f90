@@ -1,0 +1,127 @@
+! Fortran 2008 bindings of the gpipe C API (include/gpipe/gpipe.h) through
+! iso_c_binding. Arrays are passed as in C: inputs(features, n) in Fortran
+! order is inputs (n, features) row-major in C, so a column per sample.
+!
+!   use gpipe
+!   type(c_ptr) :: trainer
+!   call check(gpipe_initialize_f())
+!   call check(gpipe_create(deck_text, MPI_COMM_WORLD, trainer))
+!   call check(gpipe_train_step(trainer, inputs, labels, n, loss))
+module gpipe
+  use, intrinsic :: iso_c_binding
+  implicit none
+  private
+  public :: gpipe_initialize_f, gpipe_finalize_f, gpipe_create, gpipe_destroy_f, &
+            gpipe_train_step, gpipe_predict_f, gpipe_last_error_f, GPIPE_OK
+
+  integer(c_int), parameter :: GPIPE_OK = 0
+
+  interface
+    function c_initialize(argc, argv) bind(C, name="gpipe_initialize") result(status)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: argc, argv
+      integer(c_int) :: status
+    end function
+    function c_finalize() bind(C, name="gpipe_finalize") result(status)
+      import :: c_int
+      integer(c_int) :: status
+    end function
+    function c_create(deck, comm, out) bind(C, name="gpipe_create_from_string_f") result(status)
+      import :: c_int, c_char, c_ptr
+      character(kind=c_char), dimension(*), intent(in) :: deck
+      integer(c_int), value :: comm
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: status
+    end function
+    function c_destroy(trainer) bind(C, name="gpipe_destroy") result(status)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: trainer
+      integer(c_int) :: status
+    end function
+    function c_train_step(trainer, inputs, labels, n, loss) bind(C, name="gpipe_train_step") result(status)
+      import :: c_int, c_ptr, c_float, c_int32_t, c_int64_t, c_double
+      type(c_ptr), value :: trainer
+      real(c_float), dimension(*), intent(in) :: inputs
+      integer(c_int32_t), dimension(*), intent(in) :: labels
+      integer(c_int64_t), value :: n
+      real(c_double), intent(out) :: loss
+      integer(c_int) :: status
+    end function
+    function c_predict(trainer, inputs, n, logits) bind(C, name="gpipe_predict") result(status)
+      import :: c_int, c_ptr, c_float, c_int64_t
+      type(c_ptr), value :: trainer
+      real(c_float), dimension(*), intent(in) :: inputs
+      integer(c_int64_t), value :: n
+      real(c_float), dimension(*), intent(out) :: logits
+      integer(c_int) :: status
+    end function
+    function c_last_error() bind(C, name="gpipe_last_error") result(message)
+      import :: c_ptr
+      type(c_ptr) :: message
+    end function
+    function c_strlen(s) bind(C, name="strlen") result(length)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: length
+    end function
+  end interface
+
+contains
+
+  !> Initializes Kokkos (MPI must be initialized). Returns a gpipe status.
+  integer function gpipe_initialize_f() result(status)
+    status = c_initialize(c_null_ptr, c_null_ptr)
+  end function
+
+  integer function gpipe_finalize_f() result(status)
+    status = c_finalize()
+  end function
+
+  !> Creates a trainer from YAML deck text on a Fortran communicator (e.g. MPI_COMM_WORLD).
+  integer function gpipe_create(deck, comm, trainer) result(status)
+    character(len=*), intent(in) :: deck
+    integer, intent(in) :: comm
+    type(c_ptr), intent(out) :: trainer
+    status = c_create(deck // c_null_char, int(comm, c_int), trainer)
+  end function
+
+  integer function gpipe_destroy_f(trainer) result(status)
+    type(c_ptr), intent(in) :: trainer
+    status = c_destroy(trainer)
+  end function
+
+  !> One training step: inputs(features, n), labels(n) in [0, classes); loss is the mean loss.
+  integer function gpipe_train_step(trainer, inputs, labels, n, loss) result(status)
+    type(c_ptr), intent(in) :: trainer
+    real(c_float), intent(in) :: inputs(:, :)
+    integer(c_int32_t), intent(in) :: labels(:)
+    integer, intent(in) :: n
+    real(c_double), intent(out) :: loss
+    status = c_train_step(trainer, inputs, labels, int(n, c_int64_t), loss)
+  end function
+
+  !> Logits(classes, n) of inputs(features, n).
+  integer function gpipe_predict_f(trainer, inputs, n, logits) result(status)
+    type(c_ptr), intent(in) :: trainer
+    real(c_float), intent(in) :: inputs(:, :)
+    integer, intent(in) :: n
+    real(c_float), intent(out) :: logits(:, :)
+    status = c_predict(trainer, inputs, int(n, c_int64_t), logits)
+  end function
+
+  !> The message of the last failure.
+  function gpipe_last_error_f() result(message)
+    character(len=:), allocatable :: message
+    type(c_ptr) :: p
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, length
+    p = c_last_error()
+    length = int(c_strlen(p))
+    call c_f_pointer(p, chars, [length])
+    allocate(character(len=length) :: message)
+    do i = 1, length
+      message(i:i) = chars(i)
+    end do
+  end function
+
+end module gpipe

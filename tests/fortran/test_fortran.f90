@@ -1,0 +1,58 @@
+! The Fortran bindings: create a trainer on MPI_COMM_WORLD, train, predict,
+! and check an error message. Prints "N passed, M failed".
+program test_fortran
+  use mpi
+  use gpipe
+  use, intrinsic :: iso_c_binding
+  implicit none
+  type(c_ptr) :: trainer
+  integer :: ierr, passed, failed, i, j, status
+  real(c_float) :: inputs(4, 8), logits(3, 8)
+  integer(c_int32_t) :: labels(8)
+  real(c_double) :: loss, first_loss
+  character(len=*), parameter :: deck = &
+    "model: {input: 4, layers: [{type: dense, units: 16}, {type: relu}, {type: dense, units: 3}]}" // &
+    new_line('a') // "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}" // &
+    new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
+    new_line('a') // "optimizer: {type: adam, lr: 0.05}"
+
+  call MPI_Init(ierr)
+  passed = 0
+  failed = 0
+  call expect(gpipe_initialize_f() == GPIPE_OK, "initialize")
+  call expect(gpipe_create(deck, MPI_COMM_WORLD, trainer) == GPIPE_OK, "create")
+  do j = 1, 8
+    labels(j) = mod(j, 3)
+    do i = 1, 4
+      inputs(i, j) = real(merge(1.0, -1.0, mod(j, 3) == i - 1), c_float)
+    end do
+  end do
+  do i = 1, 30
+    status = gpipe_train_step(trainer, inputs, labels, 8, loss)
+    if (i == 1) first_loss = loss
+  end do
+  call expect(status == GPIPE_OK, "train_step")
+  call expect(loss < 0.5 * first_loss, "loss falls")
+  call expect(gpipe_predict_f(trainer, inputs, 8, logits) == GPIPE_OK, "predict")
+  call expect(all(maxloc(logits, dim=1) - 1 == labels), "predictions match the labels")
+  labels(1) = 7
+  call expect(gpipe_train_step(trainer, inputs, labels, 8, loss) /= GPIPE_OK, "bad label rejected")
+  call expect(gpipe_last_error_f() == "gpipe_train_step: labels[0] = 7 is outside [0, 3)", "error message")
+  call expect(gpipe_destroy_f(trainer) == GPIPE_OK, "destroy")
+  call expect(gpipe_finalize_f() == GPIPE_OK, "finalize")
+  call MPI_Finalize(ierr)
+  print '(i0, " passed, ", i0, " failed")', passed, failed
+  if (failed > 0) error stop 1
+
+contains
+  subroutine expect(condition, what)
+    logical, intent(in) :: condition
+    character(len=*), intent(in) :: what
+    if (condition) then
+      passed = passed + 1
+    else
+      failed = failed + 1
+      print '("FAIL: ", a)', what
+    end if
+  end subroutine
+end program
