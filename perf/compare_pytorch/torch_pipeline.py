@@ -374,14 +374,19 @@ def check(steps, foreach):
         torch.manual_seed(7)
         init = [t.detach().clone() for t in build_model(torch).parameters()]
         moved = max(float((a - b).abs().max()) for a, b in zip(ref, init))
-        for micro in (1, 3, 4):
+        cases = [("pipeline M=%d" % m, lambda out, m=m: run_pipeline(m, steps, 0, None, foreach,
+                                                                     params_out=out, kind=kind))
+                 for m in (1, 3, 4)]
+        cases.append(("1 process, 3 micro-batches",
+                      lambda out: run_single(steps, 0, foreach, out, kind, micro=3)))
+        for what, run in cases:
             got = []
-            run_pipeline(micro, steps, 0, None, foreach, params_out=got, kind=kind)
+            run(got)
             diff = max(float((a - b).abs().max()) for a, b in zip(ref, got))
             good = len(got) == len(ref) and diff <= 1e-3 * moved
             ok &= good
-            print("check %s M=%d: %d tensors, max |pipeline - plain| = %.3g, the weights moved up to %.3g: %s"
-                  % (kind, micro, len(got), diff, moved, "ok" if good else "FAILED"), flush=True)
+            print("check %s, %s: %d tensors, max |this - plain loop| = %.3g, the weights moved up to %.3g: %s"
+                  % (kind, what, len(got), diff, moved, "ok" if good else "FAILED"), flush=True)
     return 0 if ok else 1
 
 
