@@ -44,15 +44,7 @@ void CellStep(benchmark::State& state) {
   Kokkos::Tools::Experimental::set_push_region_callback(on_push);
   Kokkos::Tools::Experimental::set_pop_region_callback(on_pop);
   gemm_seconds = 0;
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = Clock::now();
-    trainer.step(data, order, 0, n);
-    gpipe::compat::fence("bench");
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  const double seconds = gpipe::bench::timed(state, [&] { trainer.step(data, order, 0, n); });
   Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
   Kokkos::Tools::Experimental::set_pop_region_callback(nullptr);
   state.counters["samples/s"] = gpipe::bench::rate(state, double(n));
@@ -65,13 +57,5 @@ BENCHMARK(CellStep)->Arg(1)->Arg(8)->UseManualTime()->Unit(benchmark::kMilliseco
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    benchmark::Initialize(&argc, argv);
-    gpipe::bench::add_build_context();
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  MPI_Finalize();
-  return 0;
+  return gpipe::bench::run_benchmarks(argc, argv);
 }

@@ -3,6 +3,9 @@
 // and a context that records the build.
 
 #include <benchmark/benchmark.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
 
 #include <chrono>
 
@@ -11,15 +14,20 @@
 
 namespace gpipe::bench {
 
-/// Times `body` per iteration with a fence at the end (SetIterationTime).
+/// Times `body` per iteration with a fence at the end (SetIterationTime);
+/// returns the total seconds over all iterations.
 template <class F>
-void timed(benchmark::State& state, F&& body) {
+double timed(benchmark::State& state, F&& body) {
+  double total = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     body();
     compat::fence("gpipe::bench");
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    total += seconds;
+    state.SetIterationTime(seconds);
   }
+  return total;
 }
 
 /// A rate counter: `amount` per iteration, reported per second (e.g. GFLOP/s).
@@ -27,6 +35,18 @@ inline benchmark::Counter rate(const benchmark::State& state, double amount) {
   return benchmark::Counter(amount * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-inline void add_build_context() { benchmark::AddCustomContext("gpipe_build", build_description()); }
+/// The benchmark executables' main: MPI, Kokkos, Google Benchmark (with the
+/// build description in the context), then finalize in reverse.
+inline int run_benchmarks(int argc, char** argv) {
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    benchmark::Initialize(&argc, argv);
+    benchmark::AddCustomContext("gpipe_build", build_description());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  }
+  MPI_Finalize();
+  return 0;
+}
 
 }  // namespace gpipe::bench

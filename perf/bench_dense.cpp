@@ -26,15 +26,7 @@ void RawGemm(benchmark::State& state) {
   Matrix<T> x("x", n, in), w("w", in, out), y("y", n, out);
   Kokkos::deep_copy(x, 0.5f);
   Kokkos::deep_copy(w, 0.25f);
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    KokkosBlas::gemm("N", "N", T(1), x, w, T(0), y);
-    gpipe::compat::fence("bench");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  const double seconds = gpipe::bench::timed(state, [&] { KokkosBlas::gemm("N", "N", T(1), x, w, T(0), y); });
   const double flops = 2.0 * n * in * out;
   state.counters["GFLOP/s"] = gpipe::bench::rate(state, flops * 1e-9);
   raw_gflops[{n, in, out}] = flops * 1e-9 * double(state.iterations()) / seconds;
@@ -50,18 +42,12 @@ void DenseLayer(benchmark::State& state) {
   Matrix<T> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
   Kokkos::deep_copy(x, 0.5f);
   Kokkos::deep_copy(dy, 0.1f);
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  const double seconds = gpipe::bench::timed(state, [&] {
     if (Backward)
       layer.backward({}, x, dy, dx);
     else
       layer.forward({}, x, y);
-    gpipe::compat::fence("bench");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  });
   // Backward is two gemms of the forward's size.
   const double gemm_flops = (Backward ? 4.0 : 2.0) * n * in * out;
   state.counters["GFLOP/s"] = gpipe::bench::rate(state, gemm_flops * 1e-9);
@@ -84,13 +70,5 @@ BENCHMARK_TEMPLATE(DenseLayer, true)->Name("DenseBackward")->Apply(Shapes);
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    benchmark::Initialize(&argc, argv);
-    gpipe::bench::add_build_context();
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  MPI_Finalize();
-  return 0;
+  return gpipe::bench::run_benchmarks(argc, argv);
 }

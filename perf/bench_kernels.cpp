@@ -20,15 +20,7 @@ std::map<std::int64_t, double> copy_gbs;  // elements -> GB/s of the copy kernel
 // Runs `body`, reporting GB/s for `bytes` per call and its ratio to the copy.
 template <class F>
 void measure(benchmark::State& state, std::int64_t elements, double bytes, F&& body, bool is_copy = false) {
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    gpipe::compat::fence("bench");
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  const double seconds = gpipe::bench::timed(state, body);
   const double gbs = bytes * 1e-9 * double(state.iterations()) / seconds;
   state.counters["GB/s"] = gbs;
   if (is_copy) {
@@ -106,13 +98,5 @@ BENCHMARK_CAPTURE(Optimizer, adam, "adam")->Apply(Sizes);
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    benchmark::Initialize(&argc, argv);
-    gpipe::bench::add_build_context();
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  MPI_Finalize();
-  return 0;
+  return gpipe::bench::run_benchmarks(argc, argv);
 }

@@ -19,9 +19,7 @@ void PingPong(benchmark::State& state) {
   gpipe::Communicator comm(MPI_COMM_WORLD);
   gpipe::BoundaryBuffer<float> out("bench::out", rows, cols), in("bench::in", rows, cols);
   const int rank = comm.rank(), peer = 1 - rank;
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  const double seconds = gpipe::bench::timed(state, [&] {
     if (rank == 0) {
       in.post_recv(comm.get(), peer, 1, rows, "pong");
       out.post_send(comm.get(), peer, 0, rows);
@@ -33,10 +31,7 @@ void PingPong(benchmark::State& state) {
       out.post_send(comm.get(), peer, 1, rows);
       out.wait();
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  });
   const double bytes = double(rows * cols * sizeof(float));
   state.counters["bytes"] = bytes;
   state.counters["latency_us"] = 0.5e6 * seconds / double(state.iterations());
@@ -60,13 +55,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    benchmark::Initialize(&argc, argv);
-    gpipe::bench::add_build_context();
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  MPI_Finalize();
-  return 0;
+  return gpipe::bench::run_benchmarks(argc, argv);
 }

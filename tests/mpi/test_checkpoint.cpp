@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/train/trainer.hpp"
@@ -22,22 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kLayers =
-    "[{type: dense, units: 10}, {type: gelu}, {type: layer_norm}, {type: dropout, rate: 0.2}, "
-    "{type: dense, units: 8}, {type: tanh}, {type: dense, units: 5}, {type: relu}, "
-    "{type: dense, units: 3}]";
-constexpr std::int64_t kInput = 6, kBatch = 15;
+const std::string kLayers = test::kNineLayers;
+constexpr std::int64_t kInput = test::kNineLayersInput, kBatch = 15;
+using test::world_rank;
+using test::world_size;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 // A directory shared by all ranks, fresh for each test.
 std::string shared_dir(const std::string& name) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/train/trainer.hpp"
@@ -15,22 +16,11 @@ namespace gpipe {
 namespace {
 
 // 9 layers with every layer type, Dropout included.
-const std::string kLayers =
-    "[{type: dense, units: 10}, {type: gelu}, {type: layer_norm}, {type: dropout, rate: 0.2}, "
-    "{type: dense, units: 8}, {type: tanh}, {type: dense, units: 5}, {type: relu}, "
-    "{type: dense, units: 3}]";
-constexpr std::int64_t kInput = 6, kBatch = 15;
+const std::string kLayers = test::kNineLayers;
+constexpr std::int64_t kInput = test::kNineLayersInput, kBatch = 15;
+using test::world_rank;
+using test::world_size;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 struct Result {
   std::vector<double> params;  // on rank 0
