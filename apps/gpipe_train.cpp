@@ -54,14 +54,101 @@ bool any_rank_failed(bool failed, MPI_Comm comm) {
   return global != 0;
 }
 
-template <class T>
-int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
-  const bool root = rank == 0;
-  const bool first = rank == 0, last = rank == ranks - 1;
-  std::unique_ptr<gpipe::Trainer<T>> trainer;
-  gpipe::Dataset train_set, test_set;
+// Runs `step` on every rank; if it throws InputError on any rank, that rank
+// prints the error and every rank returns false (no rank is left waiting in
+// a collective the failed rank never enters).
+template <class F>
+bool on_all_ranks(F&& step) {
   std::string error;
   try {
+    step();
+  } catch (const gpipe::InputError& e) {
+    error = e.what();
+  }
+  if (!any_rank_failed(!error.empty(), MPI_COMM_WORLD)) return true;
+  if (!error.empty()) std::cerr << "gpipe-train: error: " << error << "\n";
+  return false;
+}
+
+template <class T>
+void print_partition(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
+                     const std::vector<std::int64_t>& bytes, const gpipe::Dataset& train,
+                     const gpipe::Dataset& test) {
+  const auto& p = trainer.partition();
+  const int K = p.cells(), M = deck.training.micro_batches;
+  fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
+             "micro-batches, re-materialization {}\n",
+             K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
+             gpipe::to_string(deck.pipeline.remat));
+  const auto costs = p.cell_costs(trainer.costs());
+  const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
+  for (int k = 0; k < K; ++k) {
+    const int first = p.first_layer(k), count = p.counts[size_t(k)];
+    fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
+               first, first + count - 1, count, costs[size_t(k)], unit,
+               double(bytes[size_t(k)]) / (1 << 20));
+  }
+  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
+             p.imbalance(trainer.costs()), gpipe::bubble_fraction(K, M));
+  fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
+  if (M < 4 * K)
+    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
+                 "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
+                 M, K, gpipe::bubble_fraction(K, M));
+}
+
+template <class T>
+nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
+                       const std::vector<std::int64_t>& bytes,
+                       const std::vector<gpipe::EpochReport>& reports,
+                       const gpipe::GatheredTrace& trace, double wall_seconds) {
+  const auto& p = trainer.partition();
+  const int K = p.cells(), M = deck.training.micro_batches;
+  nlohmann::json j;
+  const auto& r = reports.back();
+  j["version"] = GPIPE_VERSION_STRING;
+  j["build"] = gpipe::build_description();
+  j["deck"] = deck.path;
+  j["ranks"] = K;
+  j["precision"] = deck.precision;
+  j["epochs"] = deck.training.epochs;
+  j["batch_size"] = deck.training.batch_size;
+  j["micro_batches"] = M;
+  j["remat"] = gpipe::to_string(deck.pipeline.remat);
+  j["partition"] = p.counts;
+  j["imbalance"] = p.imbalance(trainer.costs());
+  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(K, M);
+  if (!deck.trace.file.empty()) {
+    j["bubble_fraction_measured"] = trace.measured_bubble();
+    j["trace"] = deck.trace.file;
+  }
+  j["activation_bytes_per_cell"] = bytes;
+  j["test_accuracy"] = r.test.accuracy;
+  j["test_loss"] = r.test.loss;
+  j["train_loss"] = r.train_loss;
+  double train_seconds = 0, samples = 0;
+  for (const auto& e : reports) {
+    train_seconds += e.seconds;
+    samples += e.samples_per_second * e.seconds;
+    j["history"].push_back({{"epoch", e.epoch},
+                            {"train_loss", e.train_loss},
+                            {"test_loss", e.test.loss},
+                            {"test_accuracy", e.test.accuracy},
+                            {"seconds", e.seconds},
+                            {"samples_per_second", e.samples_per_second}});
+  }
+  j["samples_per_second"] = samples / train_seconds;
+  j["wall_seconds"] = wall_seconds;
+  return j;
+}
+
+template <class T>
+int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
+  const bool root = rank == 0, first = rank == 0, last = rank == ranks - 1;
+  std::unique_ptr<gpipe::Trainer<T>> trainer;
+  gpipe::Dataset train_set, test_set;
+  // Set-up, in two agreed phases: the partition and the data; then a restart.
+  const bool ready = on_all_ranks([&] {
     trainer = std::make_unique<gpipe::Trainer<T>>(deck, MPI_COMM_WORLD);
     std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first);
     if (first && train_set.features != deck.model.input_features)
@@ -72,54 +159,27 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
       gpipe::check_labels(train_set, deck.model.classes());
       gpipe::check_labels(test_set, deck.model.classes());
     }
-    if (!options.restart.empty()) {
-      const std::string path = options.restart == "latest"
-                                   ? gpipe::latest_checkpoint(deck.checkpoint.directory.empty()
-                                                                  ? std::string(".")
-                                                                  : deck.checkpoint.directory)
-                                   : options.restart;
-      const auto info = trainer->load_checkpoint(path);
-      if (root)
-        fmt::print("gpipe-train: restarting from {} (step {}, epoch {})\n", path, info.step,
-                   info.epoch + 1);
-    }
     if (train_set.samples < deck.training.batch_size)
       throw gpipe::InputError(fmt::format("{}: {} training samples, fewer than training.batch_size = {}",
                                           train_set.labels_name, train_set.samples,
                                           deck.training.batch_size));
-  } catch (const gpipe::InputError& e) {
-    error = e.what();
-  }
-  if (any_rank_failed(!error.empty(), MPI_COMM_WORLD)) {
-    if (!error.empty()) std::cerr << "gpipe-train: error: " << error << "\n";
+  });
+  if (!ready) return kExitInputError;
+  if (!options.restart.empty() && !on_all_ranks([&] {
+        const std::string path =
+            options.restart != "latest"
+                ? options.restart
+                : gpipe::latest_checkpoint(deck.checkpoint.directory.empty() ? std::string(".")
+                                                                             : deck.checkpoint.directory);
+        const auto info = trainer->load_checkpoint(path);
+        if (root)
+          fmt::print("gpipe-train: restarting from {} (step {}, epoch {})\n", path, info.step,
+                     info.epoch + 1);
+      }))
     return kExitInputError;
-  }
 
-  const auto& p = trainer->partition();
-  const int M = deck.training.micro_batches;
   const auto bytes = trainer->gather_activation_bytes();
-  if (root) {
-    fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
-               "micro-batches, re-materialization {}\n",
-               ranks, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
-               gpipe::to_string(deck.pipeline.remat));
-    const auto costs = p.cell_costs(trainer->costs());
-    for (int k = 0; k < ranks; ++k) {
-      const int first_layer = p.first_layer(k);
-      fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
-                 first_layer, first_layer + p.counts[size_t(k)] - 1, p.counts[size_t(k)],
-                 costs[size_t(k)], deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance,
-                 double(bytes[size_t(k)]) / (1 << 20));
-    }
-    fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
-               p.imbalance(trainer->costs()), gpipe::bubble_fraction(ranks, M));
-    fmt::print("  train {} samples ({}), test {} samples\n", train_set.samples, train_set.name,
-               test_set.samples);
-    if (M < 4 * ranks)
-      spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
-                   "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
-                   M, ranks, gpipe::bubble_fraction(ranks, M));
-  }
+  if (root) print_partition(deck, *trainer, bytes, train_set, test_set);
 
   const double start = MPI_Wtime();
   const auto reports = trainer->fit(train_set, test_set, root ? &std::cout : nullptr);
@@ -129,11 +189,11 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (root && !deck.trace.file.empty()) {
     gpipe::TraceHeader header;
     header.ranks = ranks;
-    header.micro_batches = M;
+    header.micro_batches = deck.training.micro_batches;
     header.batch_size = deck.training.batch_size;
     header.remat = gpipe::to_string(deck.pipeline.remat);
     header.deck = deck.path;
-    header.bubble_fraction_analytical = gpipe::bubble_fraction(ranks, M);
+    header.bubble_fraction_analytical = gpipe::bubble_fraction(ranks, header.micro_batches);
     gpipe::write_trace_file(deck.trace.file, header, trace);
     fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
                trace.measured_bubble(), header.bubble_fraction_analytical);
@@ -142,44 +202,8 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     if (root) fmt::print("gpipe-train: nothing to train: the checkpoint is already at the last epoch\n");
     return 0;
   }
-
   if (root && !options.summary.empty()) {
-    nlohmann::json j;
-    const auto& r = reports.back();
-    j["version"] = GPIPE_VERSION_STRING;
-    j["build"] = gpipe::build_description();
-    j["deck"] = deck.path;
-    j["ranks"] = ranks;
-    j["precision"] = deck.precision;
-    j["epochs"] = deck.training.epochs;
-    j["batch_size"] = deck.training.batch_size;
-    j["micro_batches"] = M;
-    j["remat"] = gpipe::to_string(deck.pipeline.remat);
-    j["partition"] = p.counts;
-    j["imbalance"] = p.imbalance(trainer->costs());
-    j["bubble_fraction_analytical"] = gpipe::bubble_fraction(ranks, M);
-    if (!deck.trace.file.empty()) {
-      j["bubble_fraction_measured"] = trace.measured_bubble();
-      j["trace"] = deck.trace.file;
-    }
-    j["activation_bytes_per_cell"] = bytes;
-    j["test_accuracy"] = r.test.accuracy;
-    j["test_loss"] = r.test.loss;
-    j["train_loss"] = r.train_loss;
-    double train_seconds = 0, samples = 0;
-    for (const auto& e : reports) {
-      train_seconds += e.seconds;
-      samples += e.samples_per_second * e.seconds;
-      j["history"].push_back({{"epoch", e.epoch},
-                              {"train_loss", e.train_loss},
-                              {"test_loss", e.test.loss},
-                              {"test_accuracy", e.test.accuracy},
-                              {"seconds", e.seconds},
-                              {"samples_per_second", e.samples_per_second}});
-    }
-    j["samples_per_second"] = samples / train_seconds;
-    j["wall_seconds"] = seconds;
-    write_atomically(options.summary, j.dump(2) + "\n");
+    write_atomically(options.summary, summary(deck, *trainer, bytes, reports, trace, seconds).dump(2) + "\n");
     fmt::print("summary written to {}\n", options.summary);
   }
   return 0;
