@@ -78,8 +78,8 @@ void Elementwise<T, Op>::backward(const PassContext&, ConstMatrix<T> x, ConstMat
 }
 
 template <class T, class Op>
-double Elementwise<T, Op>::flops(std::int64_t batch) const {
-  return Op::kFlops * double(batch) * double(this->in_features());
+double Elementwise<T, Op>::count_flops(std::int64_t batch, bool input_gradient) const {
+  return (input_gradient ? 2.0 : 1.0) * Op::kFlops * double(batch) * double(this->in_features());
 }
 
 template class Elementwise<float, ReluOp>;

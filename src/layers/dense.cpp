@@ -74,10 +74,10 @@ void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
 }
 
 template <class T>
-double Dense<T>::flops(std::int64_t batch) const {
+double Dense<T>::count_flops(std::int64_t batch, bool input_gradient) const {
   const double n = double(batch), in = double(this->in_features()),
                out = double(this->out_features());
-  return 6.0 * n * in * out + 2.0 * n * out;
+  return (input_gradient ? 6.0 : 4.0) * n * in * out + 2.0 * n * out;
 }
 
 template class Dense<float>;

@@ -51,8 +51,8 @@ void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T>
 }
 
 template <class T>
-double Dropout<T>::flops(std::int64_t batch) const {
-  return 2.0 * double(batch) * double(this->in_features());
+double Dropout<T>::count_flops(std::int64_t batch, bool input_gradient) const {
+  return (input_gradient ? 2.0 : 1.0) * double(batch) * double(this->in_features());
 }
 
 template class Dropout<float>;

@@ -120,8 +120,8 @@ void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T>
 }
 
 template <class T>
-double LayerNorm<T>::flops(std::int64_t batch) const {
-  return 20.0 * double(batch) * double(this->in_features());
+double LayerNorm<T>::count_flops(std::int64_t batch, bool input_gradient) const {
+  return (input_gradient ? 20.0 : 12.0) * double(batch) * double(this->in_features());
 }
 
 template class LayerNorm<float>;

@@ -67,7 +67,7 @@ std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
   }
   for (std::int64_t l = 0; l < L; ++l) {
     const auto layer = make_layer<T>(model, l);
-    costs[size_t(l)] = mode == "params" ? double(layer->parameter_count()) : layer->flops(micro_batch);
+    costs[size_t(l)] = mode == "params" ? double(layer->parameter_count()) : layer->flops(micro_batch, l > 0);
   }
   return costs;
 }

@@ -161,7 +161,8 @@ TEST(LayerValues, FlopCounts) {
   model.input_features = 10;
   model.layers = {{"dense", 20}, {"relu"}};
   EXPECT_EQ(make_layer<double>(model, 0)->flops(8), 6.0 * 8 * 10 * 20 + 2.0 * 8 * 20);
-  EXPECT_EQ(make_layer<double>(model, 1)->flops(8), 2.0 * 8 * 20);
+  EXPECT_EQ(make_layer<double>(model, 0)->flops(8, false), 4.0 * 8 * 10 * 20 + 2.0 * 8 * 20);
+  EXPECT_EQ(make_layer<double>(model, 1)->flops(8), 2.0 * 2 * 8 * 20);
 }
 
 TEST(LayerInit, HeUniformIsDeterministicAndBounded) {

@@ -28,7 +28,11 @@ class Dense final : public Layer<T> {
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
   /// 2 n in out (forward) + 4 n in out (backward) + 2 n out (bias).
-  double flops(std::int64_t batch) const override;
+
+ protected:
+  double count_flops(std::int64_t batch, bool input_gradient) const override;
+
+ public:
 
   Init init() const { return init_; }
 

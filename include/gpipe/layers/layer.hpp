@@ -66,10 +66,15 @@ class Layer {
   virtual void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                         Matrix<T> dx) = 0;
 
-  /// Floating-point operations of forward + backward for `batch` samples.
-  virtual double flops(std::int64_t batch) const = 0;
+  /// Floating-point operations of forward + backward for `batch` samples;
+  /// without the input gradient when `input_gradient` is false (the model's
+  /// first layer, see backward()).
+  double flops(std::int64_t batch, bool input_gradient = true) const {
+    return count_flops(batch, input_gradient);
+  }
 
  protected:
+  virtual double count_flops(std::int64_t batch, bool input_gradient) const = 0;
   Layer(std::int64_t index, std::int64_t in, std::int64_t out) : index_(index), in_(in), out_(out) {}
 
  private:
