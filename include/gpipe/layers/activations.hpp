@@ -15,12 +15,10 @@ class Elementwise final : public Layer<T> {
   std::string type() const override;
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
-  /// Op::kFlops per element in the forward pass, and again in the backward.
 
  protected:
+  /// Op::kFlops per element in the forward pass, and again in the backward.
   double count_flops(std::int64_t batch, bool input_gradient) const override;
-
- public:
 };
 
 struct ReluOp;

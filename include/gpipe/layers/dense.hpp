@@ -27,14 +27,12 @@ class Dense final : public Layer<T> {
   void initialize(std::uint64_t seed) override;
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
-  /// 2 n in out (forward) + 4 n in out (backward) + 2 n out (bias).
+  Init init() const { return init_; }
 
  protected:
+  /// 2 n in out (forward) + 4 n in out (backward; 2 n in out without the
+  /// input gradient) + 2 n out (bias).
   double count_flops(std::int64_t batch, bool input_gradient) const override;
-
- public:
-
-  Init init() const { return init_; }
 
  private:
   using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace,

@@ -19,12 +19,10 @@ class Dropout final : public Layer<T> {
   std::string type() const override { return "dropout"; }
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
+  double rate() const { return rate_; }
 
  protected:
   double count_flops(std::int64_t batch, bool input_gradient) const override;
-
- public:
-  double rate() const { return rate_; }
 
  private:
   double rate_;

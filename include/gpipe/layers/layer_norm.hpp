@@ -20,12 +20,10 @@ class LayerNorm final : public Layer<T> {
   void initialize(std::uint64_t seed) override;
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
+  double eps() const { return eps_; }
 
  protected:
   double count_flops(std::int64_t batch, bool input_gradient) const override;
-
- public:
-  double eps() const { return eps_; }
 
  private:
   using Unmanaged = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
