@@ -35,6 +35,7 @@ import re
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,26 @@ TARGET_2 = 1.5   # gpipe >= 1.5 x the PyTorch pipeline, 2 processes, per M
 def sh(cmd, **kw):
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, **kw).stdout
+
+
+def run_child(cmd, env, cwd=None):
+    """Run a measurement in its own process group; on any interruption (Ctrl-C,
+    SIGTERM) the whole group (mpirun and its ranks, torch's spawned workers) is
+    terminated, so nothing is left running."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=10)
+                break
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                continue
+        raise
+    return proc.returncode, out
 
 
 def load():
@@ -162,7 +183,7 @@ def run_torch(args, mode, micro=None, split=None):
         cmd += ["--split", " ".join(map(str, split))]
     wait_idle(args)
     with ForeignLoad() as fl:
-        out = sh(cmd, env=torch_env(args))
+        _, out = run_child(cmd, torch_env(args))
     log(args, "torch " + " ".join(cmd[2:]), out)
     for line in out.splitlines():
         if line.startswith("RESULT "):
@@ -207,17 +228,15 @@ def run_gpipe(args, ranks, micro, split=None):
             cmd = launcher + cmd
         wait_idle(args)
         with ForeignLoad() as fl:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=env, cwd=ROOT)
-        log(args, "gpipe " + " ".join(cmd), proc.stdout)
-        if proc.returncode != 0 or not os.path.exists(summary):
-            raise RuntimeError("gpipe-train failed (status %d): %s\n%s"
-                               % (proc.returncode, shlex.join(cmd), proc.stdout[-3000:]))
+            rc, out = run_child(cmd, env, ROOT)
+        log(args, "gpipe " + " ".join(cmd), out)
+        if rc != 0 or not os.path.exists(summary):
+            raise RuntimeError("gpipe-train failed (status %d): %s\n%s" % (rc, shlex.join(cmd), out[-3000:]))
         with open(summary) as f:
             res = json.load(f)
     res["foreign_load"] = fl.cores
-    res["cores"] = sorted(set(re.findall(r"Core: (\S+)", proc.stdout)))
-    res["warnings"] = [l.strip() for l in proc.stdout.splitlines() if "warning" in l.lower()]
+    res["cores"] = sorted(set(re.findall(r"Core: (\S+)", out)))
+    res["warnings"] = [l.strip() for l in out.splitlines() if "warning" in l.lower()]
     res["command"] = shlex.join(cmd)
     return res
 
@@ -256,11 +275,13 @@ def main(argv=None):
                    help="gpipe-train binary (default build/apps/gpipe-train)")
     p.add_argument("--deck", default=os.path.join(ROOT, "inputs", "deep_mlp.yaml"),
                    help="input deck (default inputs/deep_mlp.yaml)")
-    p.add_argument("--split", default="gpipe",
-                   help="2-stage split: 'gpipe' (the partition gpipe-train's pipeline.balance chose in the "
-                        "same configuration; flops balance with --skip-gpipe), 'flops' (%s, given to both), "
-                        "or layer counts such as '9 8' (given to both) (default gpipe)"
-                        % " ".join(map(str, tp.flops_split())))
+    p.add_argument("--split", default="flops",
+                   help="2-stage split, layers per stage: 'flops' (%s: the exact min-max FLOP balance, "
+                        "layers 0-%d | %d-16; given to both sides, to gpipe-train as pipeline.balance=[...]), "
+                        "layer counts such as '9 8' (given to both), or 'gpipe' (gpipe-train balances as its "
+                        "deck says, pipeline.balance: time, and PyTorch takes the partition it chose in the "
+                        "same run) (default flops)"
+                        % (" ".join(map(str, tp.flops_split())), tp.flops_split()[0] - 1, tp.flops_split()[0]))
     p.add_argument("--repeats", type=int, default=1,
                    help="run every measurement N times, alternating sides, and keep the best (default 1)")
     p.add_argument("--bind", choices=["none", "core"], default="none",
@@ -281,6 +302,7 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.add_argument("--log-dir", default=None, help="keep every run's output in this folder")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.gpipe_steps = args.steps
     micros = [int(m) for m in args.micro_batches.replace(",", " ").split()]
     if args.split not in ("gpipe", "flops"):
@@ -291,6 +313,13 @@ def main(argv=None):
         fixed = None
     if not args.skip_gpipe and not os.access(args.gpipe_train, os.X_OK):
         p.error("%s: not found or not executable (build it, or give --gpipe-train, or --skip-gpipe)" % args.gpipe_train)
+    snapshot = None
+    if not args.skip_gpipe:
+        # every row uses the same binary even if someone rebuilds build/ meanwhile
+        snapshot = tempfile.TemporaryDirectory(prefix="compare_pytorch_")
+        copy = os.path.join(snapshot.name, "gpipe-train")
+        shutil.copy2(args.gpipe_train, copy)
+        args.gpipe_train_original, args.gpipe_train = args.gpipe_train, copy
 
     # ---- conditions
     print("== gpipe-kokkos vs PyTorch, deep MLP (784-8x1024-10, float32, batch 256, Adam 2e-4)")
@@ -299,6 +328,9 @@ def main(argv=None):
     print("machine   : %s, %d cores (nproc), %s" % (cpu.group(1).strip() if cpu else platform.processor(),
                                                    os.cpu_count(), platform.platform()))
     print("load      : %s (1/5/15 min); other busy processes: %s" % (load(), busy_processes()))
+    head = sh(["git", "-C", ROOT, "log", "-1", "--format=%h %cd %s", "--date=format:%Y-%m-%d %H:%M"]).strip()
+    dirty = sh(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"]).strip()
+    print("source    : %s%s" % (head, " (with uncommitted changes)" if dirty else ""))
     env = base_env(args)
     print("BLAS env  : both sides: %s" % " ".join("%s=%s" % kv for kv in blas_env_vars(env).items()))
     print("            PyTorch also: %s, torch.set_num_threads(1), set_num_interop_threads(1); mallopt the same"
@@ -321,8 +353,8 @@ def main(argv=None):
         st = os.stat(args.gpipe_train)
         with open(args.gpipe_train, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:12]
-        print("gpipe     : %s (built %s, sha256 %s)" % (
-            os.path.relpath(args.gpipe_train, ROOT),
+        print("gpipe     : %s (built %s, sha256 %s; a copy is run)" % (
+            os.path.relpath(args.gpipe_train_original, ROOT),
             datetime.datetime.fromtimestamp(st.st_mtime).strftime("%Y-%m-%d %H:%M"), digest))
         print("            %s" % sh([args.gpipe_train, "--version"]).strip().replace("\n", "; "))
         print("            ldd: %s" % ", ".join("%s => %s" % (k, v[1]) for k, v in libs.items()))
@@ -375,14 +407,17 @@ def main(argv=None):
                     t_res.append(run_torch(args, "pipeline", m, split))
             t, g = best(t_res), best(g_res)
             results["pipeline"]["M=%d" % m] = {"torch": t_res, "gpipe": g_res}
-            used = (t or g)["split" if t else "partition"]
-            rows.append(("2 processes, M=%d" % m, "%d|%d" % tuple(used), t, g, TARGET_2))
+            splits = []
+            for used in ([t["split"]] if t else []) + ([g["partition"]] if g else []):
+                if "|".join(map(str, used)) not in splits:
+                    splits.append("|".join(map(str, used)))
+            rows.append(("2 processes, M=%d" % m, "/".join(splits), t, g, TARGET_2))
 
     # ---- table
     print()
-    print("%-28s %-6s %12s %12s %7s %8s  %s" % ("configuration", "split", "PyTorch", "gpipe", "ratio",
+    print("%-28s %-7s %12s %12s %7s %8s  %s" % ("configuration", "split", "PyTorch", "gpipe", "ratio",
                                               "target", "status"))
-    print("%-28s %-6s %12s %12s %7s %8s" % ("", "", "samples/s", "samples/s", "g/t", ""))
+    print("%-28s %-7s %12s %12s %7s %8s" % ("", "", "samples/s", "samples/s", "g/t", ""))
     for name, split, t, g, target in rows:
         ts = t["samples_per_second"] if t else None
         gs = g["samples_per_second"] if g else None
@@ -391,7 +426,7 @@ def main(argv=None):
             status = "(like for like, no target)"
         else:
             status = "-" if ratio is None else ("met" if ratio >= target else "MISSED")
-        print("%-28s %-6s %12s %12s %7s %8s  %s" % (
+        print("%-28s %-7s %12s %12s %7s %8s  %s" % (
             name, split, "%.0f" % ts if ts else "-", "%.0f" % gs if gs else "-",
             "%.2f" % ratio if ratio else "-", ">=%.1fx" % target if target else "", status))
 
