@@ -241,6 +241,38 @@ def run_gpipe(args, ranks, micro, split=None):
     return res
 
 
+def ceiling(gemm_sps, procs, micro, split):
+    """Samples/s of an ideal run whose steps are only GEMMs, at the measured GEMM
+    rate for micro-batches of N/M rows: 1 process, N / (GEMM time); 2 processes,
+    N / (the fill-drain makespan of the two stages' forward and backward GEMMs),
+    with free communication."""
+    if procs == 1:
+        return gemm_sps
+    fl = tp.flops_per_sample()
+    spec = tp.layer_spec()
+    bounds = [0, split[0], len(spec)]
+    fwd, bwd = [0.0, 0.0], [0.0, 0.0]
+    for s in range(2):
+        for i in range(bounds[s], bounds[s + 1]):
+            kind, fin, fout = spec[i]
+            if kind == "dense":
+                fwd[s] += 2 * fin * fout
+                bwd[s] += (2 if i == 0 else 4) * fin * fout
+    per_flop = 1.0 / (gemm_sps * fl)             # seconds per FLOP at this micro-batch size
+    rows = tp.BATCH / micro
+    f = [x * rows * per_flop for x in fwd]
+    b = [x * rows * per_flop for x in bwd]
+    end_f = [[0.0] * micro for _ in range(2)]
+    for m in range(micro):                        # F(0..M-1) on both stages
+        end_f[0][m] = (end_f[0][m - 1] if m else 0.0) + f[0]
+        end_f[1][m] = max(end_f[1][m - 1] if m else 0.0, end_f[0][m]) + f[1]
+    t1, t0 = end_f[1][-1], end_f[0][-1]
+    for m in reversed(range(micro)):              # B(M-1..0): the last stage first
+        t1 = t1 + b[1]
+        t0 = max(t0, t1) + b[0]
+    return tp.BATCH / t0
+
+
 def deck_micro_batches(deck):
     """training.micro_batches of the deck (the YAML is simple; no YAML parser needed)."""
     with open(deck) as f:
@@ -258,8 +290,17 @@ def log(args, title, text):
 
 # ---- the study ---------------------------------------------------------------
 def best(results):
+    """The fastest of the repeats, with all repeats' samples/s attached."""
     results = [r for r in results if r]
-    return max(results, key=lambda r: r["samples_per_second"]) if results else None
+    if not results:
+        return None
+    top = dict(max(results, key=lambda r: r["samples_per_second"]))
+    top["all_runs"] = [r["samples_per_second"] for r in results]
+    return top
+
+
+def runs(r):
+    return ", ".join("%.0f" % x for x in r["all_runs"])
 
 
 def main(argv=None):
@@ -295,6 +336,7 @@ def main(argv=None):
     p.add_argument("--skip-gpipe", action="store_true", help="PyTorch only (debugging)")
     p.add_argument("--skip-torch", action="store_true", help="gpipe-train only (debugging)")
     p.add_argument("--skip-single", action="store_true", help="only the 2-process rows")
+    p.add_argument("--skip-ceiling", action="store_true", help="do not measure the GEMM-only ceiling")
     p.add_argument("--skip-pipeline", action="store_true", help="only the 1-process rows")
     p.add_argument("--wait-idle", type=float, default=0, metavar="S",
                    help="before each measurement wait up to S seconds for the machine to be idle "
@@ -369,7 +411,7 @@ def main(argv=None):
     print("mpirun    : --bind-to %s; PyTorch processes unpinned; repeats %d (best kept)" % (args.bind, args.repeats))
     sys.stdout.flush()
 
-    rows = []   # (configuration, split, torch sps, gpipe sps, target)
+    rows = []   # (configuration, split label, torch result, gpipe result, target, (processes, M, split))
 
     # ---- 1 process
     if not args.skip_single:
@@ -386,10 +428,12 @@ def main(argv=None):
                     g_one.append(run_gpipe(args, 1, 1))
         results["single"] = {"torch": t_res, "torch_accumulate": t_acc, "gpipe_deck": g_deck, "gpipe_M=1": g_one}
         t = best(t_res)
-        rows.append(("1 process, gpipe M=%d (deck)" % deck_m, "-", t, best(g_deck), TARGET_1))
+        # the targets' ceiling: the GEMMs of the faster configuration
+        rows.append(("1 process, gpipe M=%d (deck)" % deck_m, "-", t, best(g_deck), TARGET_1, (1, deck_m, None)))
         if deck_m > 1:
-            rows.append(("1 process, gpipe M=1", "-", t, best(g_one), TARGET_1))
-            rows.append(("1 process, both M=%d" % deck_m, "-", best(t_acc), best(g_deck), None))
+            rows.append(("1 process, gpipe M=1", "-", t, best(g_one), TARGET_1, (1, 1, None)))
+            rows.append(("1 process, both M=%d" % deck_m, "-", best(t_acc), best(g_deck), None,
+                         (1, deck_m, None)))
 
     # ---- 2 processes
     if not args.skip_pipeline:
@@ -411,42 +455,65 @@ def main(argv=None):
             for used in ([t["split"]] if t else []) + ([g["partition"]] if g else []):
                 if "|".join(map(str, used)) not in splits:
                     splits.append("|".join(map(str, used)))
-            rows.append(("2 processes, M=%d" % m, "/".join(splits), t, g, TARGET_2))
+            rows.append(("2 processes, M=%d" % m, "/".join(splits), t, g, TARGET_2,
+                         (2, m, (t or g)["split" if t else "partition"])))
+
+    # ---- the GEMM-only ceiling on this BLAS
+    gemm = {}
+    if not args.skip_torch and not args.skip_ceiling:
+        for m in sorted({r[5][1] for r in rows}):
+            gemm[m] = best([run_torch(args, "gemm", m) for _ in range(args.repeats)])
+        results["gemm"] = {str(m): r for m, r in gemm.items()}
 
     # ---- table
     print()
-    print("%-28s %-7s %12s %12s %7s %8s  %s" % ("configuration", "split", "PyTorch", "gpipe", "ratio",
-                                              "target", "status"))
-    print("%-28s %-7s %12s %12s %7s %8s" % ("", "", "samples/s", "samples/s", "g/t", ""))
-    for name, split, t, g, target in rows:
+    print("%-28s %-7s %10s %10s %6s %7s %9s %9s  %s" % (
+        "configuration", "split", "PyTorch", "gpipe", "ratio", "target", "needed", "ceiling", "status"))
+    print("%-28s %-7s %10s %10s %6s %7s %9s %9s" % ("", "", "samples/s", "samples/s", "g/t", "", "samples/s",
+                                                    "samples/s"))
+    for name, split, t, g, target, (procs, m, stages) in rows:
         ts = t["samples_per_second"] if t else None
         gs = g["samples_per_second"] if g else None
         ratio = gs / ts if ts and gs else None
+        ceil = ceiling(gemm[m]["samples_per_second"], procs, m, stages) if m in gemm else None
+        needed = target * ts if target and ts else None
         if target is None:
             status = "(like for like, no target)"
         else:
             status = "-" if ratio is None else ("met" if ratio >= target else "MISSED")
-        print("%-28s %-7s %12s %12s %7s %8s  %s" % (
+            if needed and ceil and needed > ceil:
+                status += " (needed > ceiling)"
+        print("%-28s %-7s %10s %10s %6s %7s %9s %9s  %s" % (
             name, split, "%.0f" % ts if ts else "-", "%.0f" % gs if gs else "-",
-            "%.2f" % ratio if ratio else "-", ">=%.1fx" % target if target else "", status))
+            "%.2f" % ratio if ratio else "-", ">=%.1fx" % target if target else "",
+            "%.0f" % needed if needed else "-", "%.0f" % ceil if ceil else "-", status))
+    if gemm:
+        print("needed : the target x PyTorch's samples/s")
+        print("ceiling: samples/s if a step were nothing but its GEMMs on this BLAS, one thread per process,")
+        print("         micro-batches of N/M rows (measured, GEMMs only: %s);"
+              % ", ".join("M=%d %.0f samples/s = %.1f GFLOP/s" % (m, r["samples_per_second"], r["gflops"])
+                          for m, r in sorted(gemm.items())))
+        print("         for 2 processes: the fill-drain makespan of the split's GEMMs, communication free")
 
     # ---- details
     print()
     fl = tp.flops_per_sample()
     print("details (%.1f MFLOP per sample, forward + backward GEMMs):" % (fl / 1e6))
-    for name, split, t, g, target in rows:
+    for name, split, t, g, target, _ in rows:
         print("  %s" % name)
         if t:
             waits = ""
             if t.get("ranks"):
                 waits = "; waiting " + ", ".join("rank %d %.0f%%" % (r["rank"], 100 * r["wait_seconds"] / r["seconds"])
                                                  for r in t["ranks"])
-            print("    PyTorch: %.1f GFLOP/s, %.0f minor page faults/step, OpenBLAS core %s, others' load %.2f cores%s"
-                  % (t["samples_per_second"] * fl / 1e9, t["minor_faults_per_step"],
+            print("    PyTorch: runs %s samples/s; %.1f GFLOP/s, %.0f minor page faults/step, OpenBLAS core %s, "
+                  "others' load %.2f cores%s"
+                  % (runs(t), t["samples_per_second"] * fl / 1e9, t["minor_faults_per_step"],
                      t["blas"].get("openblas_core"), t["foreign_load"], waits))
         if g:
-            print("    gpipe  : %.1f GFLOP/s, partition %s, imbalance %.3f, OpenBLAS core %s, others' load %.2f cores"
-                  % (g["samples_per_second"] * fl / 1e9, "|".join(map(str, g.get("partition", []))),
+            print("    gpipe  : runs %s samples/s; %.1f GFLOP/s, partition %s, imbalance %.3f, OpenBLAS core %s, "
+                  "others' load %.2f cores"
+                  % (runs(g), g["samples_per_second"] * fl / 1e9, "|".join(map(str, g.get("partition", []))),
                      g.get("imbalance", float("nan")), ",".join(g["cores"]) or "?", g["foreign_load"]))
     warnings = sorted({w for k in results["pipeline"].values() for g in k["gpipe"] for w in g["warnings"]} |
                       {w for k, v in results["single"].items() if k.startswith("gpipe") for g in v

@@ -234,6 +234,45 @@ def run_single(steps, warmup, foreach=None, params_out=None, kind="adam", micro=
     }
 
 
+# ---- the GEMM-only ceiling ---------------------------------------------------------
+def run_gemm(steps, warmup, micro=1):
+    """Samples/s if a training step did nothing but its GEMMs (forward y = x W^T,
+    backward dW = dy^T x and dx = dy W, none for the first layer's input), in
+    micro-batches of N/M rows, on this process' BLAS: the ceiling for any
+    implementation of this model on the same BLAS and thread count."""
+    torch = configure_process()
+    torch.manual_seed(7)
+    rows = _split_rows(BATCH, micro)
+    dense = [(fin, fout) for kind, fin, fout in layer_spec() if kind == "dense"]
+    ws = [torch.randn(fout, fin) * 0.01 for fin, fout in dense]
+    xs = {r: [torch.randn(r, fin) for fin, _ in dense] for r in set(rows)}
+    dys = {r: [torch.randn(r, fout) for _, fout in dense] for r in set(rows)}
+    ys = {r: [torch.empty(r, fout) for _, fout in dense] for r in set(rows)}
+    dxs = {r: [torch.empty(r, fin) for fin, _ in dense] for r in set(rows)}
+    dws = [torch.empty(fout, fin) for fin, fout in dense]
+
+    def step():
+        for r in rows:
+            for i, w in enumerate(ws):
+                torch.mm(xs[r][i], w.t(), out=ys[r][i])
+            for i, w in reversed(list(enumerate(ws))):
+                torch.mm(dys[r][i].t(), xs[r][i], out=dws[i])  # (beta = 1 in training; same cost)
+                if i > 0:
+                    torch.mm(dys[r][i], w, out=dxs[r][i])
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    elapsed = time.perf_counter() - t0
+    return {"mode": "gemm", "processes": 1, "micro_batches": micro, "steps": steps, "warmup": warmup,
+            "batch": BATCH, "seconds": elapsed, "samples_per_second": steps * BATCH / elapsed,
+            "gflops": steps * BATCH * flops_per_sample() / elapsed / 1e9,
+            "minor_faults_per_step": 0.0, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "blas": blas_info()}
+
+
 # ---- 2-process GPipe pipeline ----------------------------------------------------
 def _split_rows(n, m):
     """Micro-batch row counts: sizes differ by at most one, the first n % m larger."""
@@ -403,7 +442,9 @@ def check(steps, foreach):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["single", "pipeline"], default="single")
+    p.add_argument("--mode", choices=["single", "pipeline", "gemm"], default="single",
+                   help="single: the plain loop; pipeline: the 2-process GPipe pipeline; gemm: only the "
+                        "GEMMs of a training step (the ceiling on this BLAS) (default single)")
     p.add_argument("--micro-batches", type=int, default=None,
                    help="M: for --mode pipeline (default 4); for --mode single, M > 1 accumulates the "
                         "gradients of M micro-batches before the step (default 1: the plain loop)")
@@ -423,9 +464,11 @@ def main(argv=None):
     if a.check:
         return check(a.steps, foreach)
     if a.micro_batches is None:
-        a.micro_batches = 1 if a.mode == "single" else 4
+        a.micro_batches = 4 if a.mode == "pipeline" else 1
     if a.mode == "single":
         res = run_single(a.steps, a.warmup, foreach, micro=a.micro_batches)
+    elif a.mode == "gemm":
+        res = run_gemm(a.steps, a.warmup, a.micro_batches)
     else:
         split = [int(s) for s in a.split.replace(",", " ").split()] if a.split else None
         res = run_pipeline(a.micro_batches, a.steps, a.warmup, split, foreach)
