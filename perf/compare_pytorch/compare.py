@@ -315,7 +315,7 @@ def main(argv=None):
     p.add_argument("--gpipe-train", default=os.path.join(ROOT, "build", "apps", "gpipe-train"),
                    help="gpipe-train binary (default build/apps/gpipe-train)")
     p.add_argument("--deck", default=os.path.join(ROOT, "inputs", "deep_mlp.yaml"),
-                   help="input deck (default inputs/deep_mlp.yaml)")
+                   help="input deck; it must describe the same model as PyTorch's (default inputs/deep_mlp.yaml)")
     p.add_argument("--split", default="flops",
                    help="2-stage split, layers per stage: 'flops' (%s: the exact min-max FLOP balance, "
                         "layers 0-%d | %d-16; given to both sides, to gpipe-train as pipeline.balance=[...]), "
@@ -462,7 +462,7 @@ def main(argv=None):
     gemm = {}
     if not args.skip_torch and not args.skip_ceiling:
         for m in sorted({r[5][1] for r in rows}):
-            gemm[m] = best([run_torch(args, "gemm", m) for _ in range(args.repeats)])
+            gemm[m] = best([run_torch(args, "gemm", m) for _ in range(max(3, args.repeats))])
         results["gemm"] = {str(m): r for m, r in gemm.items()}
 
     # ---- table
