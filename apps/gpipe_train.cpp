@@ -91,7 +91,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
   fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
              p.imbalance(trainer.costs()), gpipe::bubble_fraction(K, M));
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
-  if (M < 4 * K)
+  if (K > 1 && M < 4 * K)
     spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
                  "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
                  M, K, gpipe::bubble_fraction(K, M));
