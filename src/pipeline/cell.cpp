@@ -223,10 +223,10 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
       const auto rows = split_[size_t(m)].size;
       if (!is_first())
         inputs_[size_t(m)].post_recv(comm(), rank() - 1, forward_tag(m), rows,
-                                     fmt::format("forward activation of micro-batch {}", m));
+                                     "forward activation", m);
       if (training && !is_last())
         output_grads_[size_t(m)].post_recv(comm(), rank() + 1, backward_tag(m), rows,
-                                           fmt::format("gradient of micro-batch {}", m));
+                                           "gradient", m);
     }
   }
   LossSums sums;

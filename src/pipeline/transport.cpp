@@ -67,17 +67,23 @@ Matrix<T> BoundaryBuffer<T>::rows(std::int64_t rows) const {
 
 template <class T>
 void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows,
-                                  std::string what) {
+                                  const char* what, int micro_batch) {
   MPI_Comm_rank(comm, &rank_);
   receiving_ = true;
   peer_ = source;
   expected_rows_ = expected_rows;
-  what_ = std::move(what);
+  what_ = what;
+  micro_batch_ = micro_batch;
   const int rc = MPI_Irecv(mpi_buffer(), int(device_.span()), mpi_type<T>(), source, tag, comm,
                            &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Irecv of the {} from rank {} failed: {}", rank_,
-                                    what_, source, mpi_error_text(rc)));
+                                    describe(), source, mpi_error_text(rc)));
+}
+
+template <class T>
+std::string BoundaryBuffer<T>::describe() const {
+  return micro_batch_ < 0 ? std::string(what_) : fmt::format("{} of micro-batch {}", what_, micro_batch_);
 }
 
 template <class T>
@@ -112,7 +118,7 @@ void BoundaryBuffer<T>::wait() {
   if (rc != MPI_SUCCESS) {
     throw PipelineError(fmt::format("rank {}: receiving the {} from rank {} failed (expected "
                                     "{}x{} = {} values): {}",
-                                    rank_, what_, peer_, expected_rows_, cols(), expected,
+                                    rank_, describe(), peer_, expected_rows_, cols(), expected,
                                     mpi_error_text(status.MPI_ERROR != MPI_SUCCESS ? status.MPI_ERROR : rc)));
   }
   int count = 0;
@@ -120,7 +126,7 @@ void BoundaryBuffer<T>::wait() {
   if (count != expected)
     throw PipelineError(fmt::format("rank {}: the {} from rank {} has {} values, expected "
                                     "{}x{} = {}",
-                                    rank_, what_, peer_, count, expected_rows_, cols(), expected));
+                                    rank_, describe(), peer_, count, expected_rows_, cols(), expected));
   if (staged()) Kokkos::deep_copy(device_, host_);
 }
 

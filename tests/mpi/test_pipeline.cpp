@@ -211,7 +211,7 @@ TEST(Transport, ReceivedSizeIsChecked) {
     buffer.post_send(comm.get(), 1, forward_tag(2), 1);  // 1 row of 3 values
     buffer.wait();
   } else if (rank == 1) {
-    buffer.post_recv(comm.get(), 0, forward_tag(2), 2, "forward activation of micro-batch 2");
+    buffer.post_recv(comm.get(), 0, forward_tag(2), 2, "forward activation", 2);
     try {
       buffer.wait();
       ADD_FAILURE() << "expected PipelineError";

@@ -47,9 +47,12 @@ class BoundaryBuffer {
   std::int64_t cols() const { return std::int64_t(device_.extent(1)); }
   std::int64_t bytes() const { return std::int64_t(device_.span() * sizeof(T)); }
 
-  /// Posts MPI_Irecv of up to the full capacity from `source`; `what` names
-  /// the message in errors (e.g. "forward activation of micro-batch 3").
-  void post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows, std::string what);
+  /// Posts MPI_Irecv of up to the full capacity from `source`. `what` and
+  /// `micro_batch` name the message in errors ("forward activation of
+  /// micro-batch 3"; micro_batch < 0: `what` alone); `what` must outlive the
+  /// receive (a string literal). Nothing is formatted unless an error occurs.
+  void post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows, const char* what,
+                 int micro_batch = -1);
   /// Fences, stages if needed, and posts MPI_Isend of the first `rows` rows.
   void post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows);
   /// Completes the pending operation. For a receive, checks the received
@@ -66,7 +69,9 @@ class BoundaryBuffer {
   int peer_ = -1;
   int rank_ = -1;
   std::int64_t expected_rows_ = 0;
-  std::string what_;
+  const char* what_ = "";
+  int micro_batch_ = -1;
+  std::string describe() const;
   T* mpi_buffer() const;
   bool staged() const;
 };
