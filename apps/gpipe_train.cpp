@@ -18,7 +18,8 @@
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/driver.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace {
 
@@ -71,16 +72,16 @@ bool on_all_ranks(F&& step) {
 }
 
 template <class T>
-void print_partition(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
+void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                      const std::vector<std::int64_t>& bytes, const gpipe::Dataset& train,
                      const gpipe::Dataset& test) {
-  const auto& p = trainer.partition();
+  const auto& p = pipeline.partition();
   const int K = p.cells(), M = deck.training.micro_batches;
   fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
              "micro-batches, re-materialization {}\n",
              K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
              gpipe::to_string(deck.pipeline.remat));
-  const auto costs = p.cell_costs(trainer.costs());
+  const auto costs = p.cell_costs(pipeline.costs());
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
   for (int k = 0; k < K; ++k) {
     const int first = p.first_layer(k), count = p.counts[size_t(k)];
@@ -89,7 +90,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
                double(bytes[size_t(k)]) / (1 << 20));
   }
   fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
-             p.imbalance(trainer.costs()), gpipe::bubble_fraction(K, M));
+             p.imbalance(pipeline.costs()), gpipe::bubble_fraction(K, M));
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
   if (K > 1 && M < 4 * K)
     spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
@@ -98,11 +99,11 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
 }
 
 template <class T>
-nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer,
+nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                        const std::vector<std::int64_t>& bytes,
                        const std::vector<gpipe::EpochReport>& reports,
                        const gpipe::GatheredTrace& trace, double wall_seconds) {
-  const auto& p = trainer.partition();
+  const auto& p = pipeline.partition();
   const int K = p.cells(), M = deck.training.micro_batches;
   nlohmann::json j;
   const auto& r = reports.back();
@@ -116,7 +117,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer
   j["micro_batches"] = M;
   j["remat"] = gpipe::to_string(deck.pipeline.remat);
   j["partition"] = p.counts;
-  j["imbalance"] = p.imbalance(trainer.costs());
+  j["imbalance"] = p.imbalance(pipeline.costs());
   j["bubble_fraction_analytical"] = gpipe::bubble_fraction(K, M);
   if (!deck.trace.file.empty()) {
     j["bubble_fraction_measured"] = trace.measured_bubble();
@@ -145,11 +146,11 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Trainer<T>& trainer
 template <class T>
 int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
   const bool root = rank == 0, first = rank == 0, last = rank == ranks - 1;
-  std::unique_ptr<gpipe::Trainer<T>> trainer;
+  std::unique_ptr<gpipe::Pipeline<T>> pipeline;
   gpipe::Dataset train_set, test_set;
   // Set-up, in two agreed phases: the partition and the data; then a restart.
   const bool ready = on_all_ranks([&] {
-    trainer = std::make_unique<gpipe::Trainer<T>>(deck, MPI_COMM_WORLD);
+    pipeline = std::make_unique<gpipe::Pipeline<T>>(deck, MPI_COMM_WORLD);
     std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first);
     if (first && train_set.features != deck.model.input_features)
       throw gpipe::InputError(fmt::format("{}: samples have {} features but model.input is {}",
@@ -171,21 +172,21 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
                 ? options.restart
                 : gpipe::latest_checkpoint(deck.checkpoint.directory.empty() ? std::string(".")
                                                                              : deck.checkpoint.directory);
-        const auto info = trainer->load_checkpoint(path);
+        const auto info = pipeline->load_checkpoint(path);
         if (root)
           fmt::print("gpipe-train: restarting from {} (step {}, epoch {})\n", path, info.step,
                      info.epoch + 1);
       }))
     return kExitInputError;
 
-  const auto bytes = trainer->gather_activation_bytes();
-  if (root) print_partition(deck, *trainer, bytes, train_set, test_set);
+  const auto bytes = pipeline->gather_activation_bytes();
+  if (root) print_partition(deck, *pipeline, bytes, train_set, test_set);
 
   const double start = MPI_Wtime();
-  const auto reports = trainer->fit(train_set, test_set, root ? &std::cout : nullptr);
+  const auto reports = gpipe::fit(*pipeline, train_set, test_set, root ? &std::cout : nullptr);
   const double seconds = MPI_Wtime() - start;
 
-  const auto trace = gpipe::gather_trace(trainer->tracer(), MPI_COMM_WORLD);
+  const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
   if (root && !deck.trace.file.empty()) {
     gpipe::TraceHeader header;
     header.ranks = ranks;
@@ -203,7 +204,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     return 0;
   }
   if (root && !options.summary.empty()) {
-    write_atomically(options.summary, summary(deck, *trainer, bytes, reports, trace, seconds).dump(2) + "\n");
+    write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds).dump(2) + "\n");
     fmt::print("summary written to {}\n", options.summary);
   }
   return 0;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace {
 
@@ -32,7 +32,7 @@ void on_pop() {
 // Arg: M (micro-batches per mini-batch of 256).
 void CellStep(benchmark::State& state) {
   const auto deck = gpipe::load_deck(GPIPE_DEEP_DECK, {"training.micro_batches=" + std::to_string(state.range(0))});
-  gpipe::Trainer<float> trainer(deck, MPI_COMM_SELF);
+  gpipe::Pipeline<float> trainer(deck, MPI_COMM_SELF);
   const std::int64_t n = deck.training.batch_size;
   gpipe::Dataset data;
   data.samples = n;

@@ -80,6 +80,14 @@ gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t 
 gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count);
 gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_t count);
 
+/* Sets the run's total number of training steps, the horizon of the
+ * learning-rate schedule: the rate of step s is a function of s and this
+ * count (optimizer.schedule: cosine decays to 0 at total_steps; constant
+ * ignores it). total_steps >= 0; 0 = unset. With a cosine schedule,
+ * gpipe_train_step returns GPIPE_ERROR_INPUT until it is set. Call it with
+ * the same value on every rank (not collective). */
+gpipe_status gpipe_set_total_steps(gpipe_trainer* trainer, int64_t total_steps);
+
 /* HDF5 checkpoints (docs/file-formats.md): written atomically; loadable with
  * any number of ranks. Collective. */
 gpipe_status gpipe_save_checkpoint(gpipe_trainer* trainer, const char* path);

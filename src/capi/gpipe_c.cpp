@@ -1,4 +1,4 @@
-// The C API (include/gpipe/gpipe.h) over gpipe::Trainer. Every entry point
+// The C API (include/gpipe/gpipe.h): a thin wrapper over gpipe::Pipeline. Every entry point
 // catches every exception and turns it into a status and a message.
 
 #include "gpipe/gpipe.h"
@@ -11,10 +11,10 @@
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 struct gpipe_trainer {
-  std::variant<std::unique_ptr<gpipe::Trainer<float>>, std::unique_ptr<gpipe::Trainer<double>>> impl;
+  std::variant<std::unique_ptr<gpipe::Pipeline<float>>, std::unique_ptr<gpipe::Pipeline<double>>> impl;
   gpipe::Deck deck;
 };
 
@@ -48,9 +48,9 @@ gpipe_status create(gpipe::Deck deck, MPI_Comm comm, gpipe_trainer** out) {
     return fail(GPIPE_ERROR_STATE, "gpipe_create: call gpipe_initialize first");
   auto t = std::make_unique<gpipe_trainer>();
   if (deck.precision == "double")
-    t->impl = std::make_unique<gpipe::Trainer<double>>(deck, comm);
+    t->impl = std::make_unique<gpipe::Pipeline<double>>(deck, comm);
   else
-    t->impl = std::make_unique<gpipe::Trainer<float>>(deck, comm);
+    t->impl = std::make_unique<gpipe::Pipeline<float>>(deck, comm);
   t->deck = std::move(deck);
   *out = t.release();
   return GPIPE_OK;
@@ -142,11 +142,7 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
                                            std::to_string(classes) + ")");
     std::visit(
         [&](auto& t) {
-          const gpipe::LossSums sums = t->step(inputs, labels, n);
-          double loss = sums.loss;
-          int size = 1;
-          MPI_Comm_size(t->cell().comm(), &size);
-          MPI_Bcast(&loss, 1, MPI_DOUBLE, size - 1, t->cell().comm());
+          const double loss = t->from_last(t->step(inputs, labels, n).loss);
           if (mean_loss) *mean_loss = loss / double(n);
         },
         trainer->impl);
@@ -196,11 +192,22 @@ gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_
           auto all = t->gather_parameters();
           std::vector<double> buffer(all.begin(), all.end());
           buffer.resize(size_t(total));
-          MPI_Bcast(buffer.data(), int(total), MPI_DOUBLE, 0, t->cell().comm());
+          MPI_Bcast(buffer.data(), int(total), MPI_DOUBLE, 0, t->comm());
           std::copy(buffer.begin(), buffer.end(), values);
         },
         trainer->impl);
     return status;
+  });
+}
+
+gpipe_status gpipe_set_total_steps(gpipe_trainer* trainer, int64_t total_steps) {
+  if (!trainer) return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_set_total_steps: trainer is NULL");
+  if (total_steps < 0)
+    return fail(GPIPE_ERROR_INPUT, "gpipe_set_total_steps: total_steps = " + std::to_string(total_steps) +
+                                       ", expected >= 0");
+  return guarded([&] {
+    std::visit([&](auto& t) { t->set_total_steps(total_steps); }, trainer->impl);
+    return GPIPE_OK;
   });
 }
 

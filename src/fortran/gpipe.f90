@@ -12,7 +12,8 @@ module gpipe
   implicit none
   private
   public :: gpipe_initialize_f, gpipe_finalize_f, gpipe_create, gpipe_destroy_f, &
-            gpipe_train_step, gpipe_predict_f, gpipe_last_error_f, GPIPE_OK
+            gpipe_train_step, gpipe_predict_f, gpipe_last_error_f, gpipe_set_total_steps_f, &
+            GPIPE_OK
 
   integer(c_int), parameter :: GPIPE_OK = 0
 
@@ -53,6 +54,12 @@ module gpipe
       real(c_float), dimension(*), intent(in) :: inputs
       integer(c_int64_t), value :: n
       real(c_float), dimension(*), intent(out) :: logits
+      integer(c_int) :: status
+    end function
+    function c_set_total_steps(trainer, total) bind(C, name="gpipe_set_total_steps") result(status)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: trainer
+      integer(c_int64_t), value :: total
       integer(c_int) :: status
     end function
     function c_last_error() bind(C, name="gpipe_last_error") result(message)
@@ -107,6 +114,13 @@ contains
     integer, intent(in) :: n
     real(c_float), intent(out) :: logits(:, :)
     status = c_predict(trainer, inputs, int(n, c_int64_t), logits)
+  end function
+
+  !> The run's total training steps: the horizon of the learning-rate schedule (see gpipe.h).
+  integer function gpipe_set_total_steps_f(trainer, total_steps) result(status)
+    type(c_ptr), intent(in) :: trainer
+    integer, intent(in) :: total_steps
+    status = c_set_total_steps(trainer, int(total_steps, c_int64_t))
   end function
 
   !> The message of the last failure.

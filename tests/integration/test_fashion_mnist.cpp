@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "gpipe/io/deck.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/driver.hpp"
 
 namespace gpipe {
 namespace {
@@ -37,10 +37,10 @@ optimizer: {type: adam, lr: 0.002}
   ASSERT_EQ(train.samples, 3000);
   ASSERT_EQ(train.features, 784);
   ASSERT_EQ(test.samples, 1000);
-  Trainer<float> trainer(deck, MPI_COMM_SELF);
+  Pipeline<float> trainer(deck, MPI_COMM_SELF);
   const Evaluation before = trainer.evaluate(test);
   std::ostringstream log;
-  const auto reports = trainer.fit(train, test, &log);
+  const auto reports = fit(trainer, train, test, &log);
   ASSERT_EQ(reports.size(), 3u);
   EXPECT_NEAR(before.loss, std::log(10.0), 0.6);  // untrained: about chance
   EXPECT_LT(reports[0].train_loss, before.loss);

@@ -7,9 +7,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/gpipe.h"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
 namespace {
@@ -81,7 +82,7 @@ TEST(CApi, WrongSizesAndLabels) {
 TEST(CApi, TrainingMatchesTheCppApiBitwise) {
   gpipe_trainer* t = nullptr;
   ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
-  Trainer<double> cpp(parse_deck(kDeck, "d"), MPI_COMM_WORLD);
+  Pipeline<double> cpp(parse_deck(kDeck, "d"), MPI_COMM_WORLD);
   double loss = -1;
   for (std::uint64_t s = 0; s < 3; ++s) {
     const Batch b = batch(10 + s);
@@ -131,6 +132,53 @@ TEST(CApi, TrainingMatchesTheCppApiBitwise) {
   EXPECT_EQ(r_params, c_params);
   EXPECT_EQ(gpipe_destroy(restored), GPIPE_OK);
   EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
+// The learning-rate schedule is a function of the step and the total step
+// count the API user sets: cosine and constant differ; cosine without a total
+// is an error, not a silent constant rate; the C API equals the C++ Pipeline.
+TEST(CApi, CosineScheduleFollowsTheTotalStepsTheUserSets) {
+  const std::string constant = test::deck_text("[{type: dense, units: 6}, {type: tanh}, {type: dense, units: 6}, {type: relu}, {type: dense, units: 4}]",
+                                               5, 8, 2, "double", "{}", "{type: adam, lr: 0.01}");
+  const std::string cosine = test::deck_text("[{type: dense, units: 6}, {type: tanh}, {type: dense, units: 6}, {type: relu}, {type: dense, units: 4}]",
+                                             5, 8, 2, "double", "{}",
+                                             "{type: adam, lr: 0.01, schedule: cosine}");
+  gpipe_trainer *a = nullptr, *b = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(constant.c_str(), MPI_COMM_WORLD, &a), GPIPE_OK) << gpipe_last_error();
+  ASSERT_EQ(gpipe_create_from_string(cosine.c_str(), MPI_COMM_WORLD, &b), GPIPE_OK) << gpipe_last_error();
+  const Batch first = batch(1);
+  EXPECT_EQ(gpipe_train_step(b, first.inputs.data(), first.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(),
+               "optimizer.schedule: cosine decays over the run's total step count, which is not set: "
+               "call set_total_steps (C API: gpipe_set_total_steps) before the first step");
+  EXPECT_EQ(gpipe_set_total_steps(b, -1), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_set_total_steps: total_steps = -1, expected >= 0");
+  EXPECT_EQ(gpipe_set_total_steps(nullptr, 20), GPIPE_ERROR_NULL_ARGUMENT);
+  ASSERT_EQ(gpipe_set_total_steps(a, 20), GPIPE_OK);
+  ASSERT_EQ(gpipe_set_total_steps(b, 20), GPIPE_OK);
+  Pipeline<double> cpp(parse_deck(cosine, "d"), MPI_COMM_WORLD);
+  cpp.set_total_steps(20);
+  for (std::uint64_t s = 0; s < 20; ++s) {
+    const Batch x = batch(30 + s);
+    ASSERT_EQ(gpipe_train_step(a, x.inputs.data(), x.labels.data(), 8, nullptr), GPIPE_OK);
+    ASSERT_EQ(gpipe_train_step(b, x.inputs.data(), x.labels.data(), 8, nullptr), GPIPE_OK);
+    cpp.step(x.inputs.data(), x.labels.data(), 8);
+  }
+  EXPECT_EQ(cpp.next_learning_rate(), 0.0);  // cos(pi) at the end of the run
+  int64_t count = 0;
+  gpipe_parameter_count(a, &count);
+  std::vector<double> pa(static_cast<size_t>(count)), pb(pa.size());
+  ASSERT_EQ(gpipe_get_parameters(a, pa.data(), count), GPIPE_OK);
+  ASSERT_EQ(gpipe_get_parameters(b, pb.data(), count), GPIPE_OK);
+  const auto expected = cpp.gather_parameters();
+  if (test::world_rank() == 0) {
+    EXPECT_EQ(pb, expected);
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < pa.size(); ++i) differing += pa[i] != pb[i];
+    EXPECT_GT(differing, pa.size() / 2) << "the cosine schedule changed almost nothing";
+  }
+  EXPECT_EQ(gpipe_destroy(a), GPIPE_OK);
+  EXPECT_EQ(gpipe_destroy(b), GPIPE_OK);
 }
 
 }  // namespace

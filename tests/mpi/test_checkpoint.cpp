@@ -16,7 +16,8 @@
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/io/trace_file.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
 namespace {
@@ -50,7 +51,7 @@ Deck deck(const std::string& layers = kLayers) {
 }
 
 // Runs steps [from, to) of the fixed data schedule.
-void run(Trainer<double>& t, std::int64_t from, std::int64_t to) {
+void run(Pipeline<double>& t, std::int64_t from, std::int64_t to) {
   for (std::int64_t s = from; s < to; ++s) {
     ASSERT_EQ(t.steps_done(), s);
     const auto order = epoch_order(data().samples, 7, s / 3, true);
@@ -59,7 +60,7 @@ void run(Trainer<double>& t, std::int64_t from, std::int64_t to) {
 }
 
 std::vector<double> uninterrupted(MPI_Comm comm, int steps) {
-  Trainer<double> t(deck(), comm);
+  Pipeline<double> t(deck(), comm);
   run(t, 0, steps);
   return t.gather_parameters();
 }
@@ -68,11 +69,11 @@ TEST(Restart, SameCellsBitwise) {
   const std::string dir = shared_dir("same");
   const auto reference = uninterrupted(MPI_COMM_WORLD, 6);
   {
-    Trainer<double> first(deck(), MPI_COMM_WORLD);
+    Pipeline<double> first(deck(), MPI_COMM_WORLD);
     run(first, 0, 3);
     first.save_checkpoint(checkpoint_path(dir, 3));
   }
-  Trainer<double> second(deck(), MPI_COMM_WORLD);
+  Pipeline<double> second(deck(), MPI_COMM_WORLD);
   const CheckpointInfo info = second.load_checkpoint(latest_checkpoint(dir));
   EXPECT_EQ(info.step, 3);
   EXPECT_EQ(info.optimizer_steps, 3);
@@ -87,24 +88,24 @@ TEST(Restart, DifferentCellsBitwise) {
   if (world_rank() == 0) reference = uninterrupted(MPI_COMM_SELF, 6);
   // K cells write, one cell restarts.
   {
-    Trainer<double> k(deck(), MPI_COMM_WORLD);
+    Pipeline<double> k(deck(), MPI_COMM_WORLD);
     run(k, 0, 3);
     k.save_checkpoint(checkpoint_path(dir, 3));
   }
   if (world_rank() == 0) {
-    Trainer<double> one(deck(), MPI_COMM_SELF);
+    Pipeline<double> one(deck(), MPI_COMM_SELF);
     one.load_checkpoint(checkpoint_path(dir, 3));
     run(one, 3, 6);
     EXPECT_EQ(one.gather_parameters(), reference);
   }
   // One cell writes, K cells restart.
   if (world_rank() == 0) {
-    Trainer<double> one(deck(), MPI_COMM_SELF);
+    Pipeline<double> one(deck(), MPI_COMM_SELF);
     run(one, 0, 2);
     one.save_checkpoint(checkpoint_path(dir, 2));
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  Trainer<double> k(deck(), MPI_COMM_WORLD);
+  Pipeline<double> k(deck(), MPI_COMM_WORLD);
   k.load_checkpoint(checkpoint_path(dir, 2));
   run(k, 2, 6);
   const auto restarted = k.gather_parameters();
@@ -120,7 +121,7 @@ std::string read_bytes(const std::string& path) {
 
 // The error every rank gets when loading `path` into a trainer of `d`.
 std::string load_error(const Deck& d, const std::string& path) {
-  Trainer<double> t(d, MPI_COMM_WORLD);
+  Pipeline<double> t(d, MPI_COMM_WORLD);
   try {
     t.load_checkpoint(path);
   } catch (const InputError& e) {
@@ -145,7 +146,7 @@ TEST(CheckpointErrors, ExactMessagesAndNothingOverwritten) {
   const std::string dir = shared_dir("errors");
   const std::string good = checkpoint_path(dir, 1);
   {
-    Trainer<double> t(deck(), MPI_COMM_WORLD);
+    Pipeline<double> t(deck(), MPI_COMM_WORLD);
     run(t, 0, 1);
     t.save_checkpoint(good);
   }
@@ -250,7 +251,7 @@ TEST(Trace, StepsContainTheirEventsAndTimesAddUp) {
                 "{type: dense, units: 512}, {type: relu}, {type: dense, units: 3}]");
   d.trace.file = "unused.h5";
   d.trace.every = 2;
-  Trainer<double> t(d, MPI_COMM_WORLD);
+  Pipeline<double> t(d, MPI_COMM_WORLD);
   run(t, 0, 5);
   const Tracer& tracer = t.tracer();
   ASSERT_EQ(tracer.steps().size(), 3u);  // steps 0, 2, 4

@@ -10,7 +10,7 @@
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
 namespace {
@@ -32,7 +32,7 @@ struct Result {
 Result train(const std::string& text, MPI_Comm comm, int steps = 3) {
   const Deck deck = parse_deck(text, "test-deck");
   const Dataset data = test::synthetic(kBatch * 2, kInput, 3, 99);
-  Trainer<double> trainer(deck, comm);
+  Pipeline<double> trainer(deck, comm);
   for (int s = 0; s < steps; ++s) {
     const auto order = epoch_order(data.samples, deck.seed, s, true);
     trainer.step(data, order, (s % 2) * kBatch, kBatch);
@@ -177,7 +177,7 @@ TEST(PipelineErrors, MoreRanksThanLayers) {
   if (K < 2) GTEST_SKIP() << "needs at least 2 ranks";
   const Deck deck = parse_deck(test::deck_text("[{type: dense, units: 3}]", kInput, kBatch, 2), "d");
   try {
-    Trainer<double> t(deck, MPI_COMM_WORLD);
+    Pipeline<double> t(deck, MPI_COMM_WORLD);
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -194,7 +194,7 @@ TEST(PipelineErrors, ExplicitListMustSumToLayers) {
   const Deck deck = parse_deck(
       test::deck_text(kLayers, kInput, kBatch, 2, "double", "{balance: " + counts + "}"), "d");
   try {
-    Trainer<double> t(deck, MPI_COMM_WORLD);
+    Pipeline<double> t(deck, MPI_COMM_WORLD);
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "pipeline.balance: the layer counts sum to " +

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "../common/test_util.hpp"
-#include "gpipe/train/trainer.hpp"
+#include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
 namespace {
@@ -37,7 +37,7 @@ TEST(Profiling, SteadyStateStepAllocatesNothingAndIsLabelled) {
       "d");
   const Dataset data = test::synthetic(24, 6, 4, 3);
   const auto order = epoch_order(data.samples, 1, 0, true);
-  Trainer<float> trainer(deck, MPI_COMM_WORLD);
+  Pipeline<float> trainer(deck, MPI_COMM_WORLD);
   for (int s = 0; s < 2; ++s) trainer.step(data, order, (s % 2) * 12, 12);  // warm-up: first-use buffers
   allocations = 0;
   kernels.clear();

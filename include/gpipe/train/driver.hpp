@@ -1,0 +1,64 @@
+#pragma once
+// The training driver: the epoch loop over a Pipeline, progress and epoch
+// logging, and the checkpoint cadence of deck.checkpoint. Used by
+// gpipe-train; library users may call Pipeline::step themselves instead.
+
+#include <cstdint>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+#include "gpipe/io/dataset.hpp"
+#include "gpipe/train/pipeline.hpp"
+
+namespace gpipe {
+
+struct EpochReport {
+  std::int64_t epoch = 0;  ///< 1-based
+  double train_loss = 0;   ///< mean over the epoch's samples, as trained
+  Evaluation test;
+  double seconds = 0;      ///< training time of the epoch (evaluation excluded)
+  double samples_per_second = 0;
+};
+
+/// Runs deck.training.epochs epochs of a Pipeline.
+template <class T>
+class Driver {
+ public:
+  /// `log` (may be null) receives progress lines on rank 0 of the pipeline.
+  Driver(Pipeline<T>& pipeline, std::ostream* log);
+
+  /// Trains until deck.training.epochs epochs are complete (resuming from
+  /// pipeline.steps_done() after a restart), evaluating `test` after each
+  /// epoch and writing checkpoints as deck.checkpoint asks. Sets the
+  /// pipeline's total steps (epochs x steps per epoch) for the learning-rate
+  /// schedule. Collective. Returns one report per epoch trained (empty if
+  /// the pipeline is already past the last epoch). Throws InputError if the
+  /// training set is smaller than one step (fewer than micro_batches samples).
+  std::vector<EpochReport> fit(const Dataset& train, const Dataset& test);
+
+  /// Writes a checkpoint of the current step into deck.checkpoint.directory
+  /// (nothing if no directory is set or this step is already saved) and
+  /// prunes older ones to deck.checkpoint.keep. Collective.
+  void checkpoint();
+
+ private:
+  // One epoch's training steps from the pipeline's current step; returns the
+  // loss sum (valid on the last cell) and the samples seen.
+  std::pair<double, std::int64_t> train_epoch(const Dataset& train, std::int64_t epoch,
+                                              double start);
+  void log_progress(std::int64_t epoch, std::int64_t step, double loss_sum, std::int64_t seen,
+                    double start);
+
+  Pipeline<T>& pipeline_;
+  std::ostream* log_;
+  std::int64_t per_epoch_ = 0;
+  std::int64_t saved_at_ = -1;
+};
+
+/// Driver<T>(pipeline, log).fit(train, test).
+template <class T>
+std::vector<EpochReport> fit(Pipeline<T>& pipeline, const Dataset& train, const Dataset& test,
+                             std::ostream* log);
+
+}  // namespace gpipe

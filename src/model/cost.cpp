@@ -1,0 +1,70 @@
+#include "gpipe/model/cost.hpp"
+
+#include <chrono>
+
+#include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/core/views.hpp"
+
+namespace gpipe {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+template <class T>
+double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch) {
+  auto layer = make_layer<T>(model, index);
+  Vector<T> p("gpipe::profile::parameters", layer->parameter_count());
+  Vector<T> g("gpipe::profile::gradients", layer->parameter_count());
+  layer->bind(p.data(), g.data());
+  layer->initialize(0);
+  Matrix<T> x("gpipe::profile::x", batch, layer->in_features());
+  Matrix<T> y("gpipe::profile::y", batch, layer->out_features());
+  // The model's first layer never computes an input gradient (see Cell::backward).
+  Matrix<T> dx("gpipe::profile::dx", index == 0 ? 0 : batch, layer->in_features());
+  Kokkos::deep_copy(x, T(0.5));
+  Kokkos::deep_copy(y, T(0.25));
+  const PassContext ctx{};
+  layer->forward(ctx, x, y);  // warm-up
+  layer->backward(ctx, x, y, dx);
+  compat::fence("gpipe::profile");
+  const int reps = 3;
+  const double start = now();
+  for (int r = 0; r < reps; ++r) {
+    layer->forward(ctx, x, y);
+    layer->backward(ctx, x, y, dx);
+  }
+  compat::fence("gpipe::profile");
+  return (now() - start) / reps;
+}
+
+template <class T>
+std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
+                                std::int64_t micro_batch, MPI_Comm comm) {
+  const auto L = std::int64_t(model.layers.size());
+  std::vector<double> costs(size_t(L), 0.0);
+  if (mode == "time") {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0)
+      for (std::int64_t l = 0; l < L; ++l) costs[size_t(l)] = time_layer<T>(model, l, micro_batch);
+    MPI_Bcast(costs.data(), int(L), MPI_DOUBLE, 0, comm);
+    return costs;
+  }
+  for (std::int64_t l = 0; l < L; ++l) {
+    const auto layer = make_layer<T>(model, l);
+    costs[size_t(l)] = mode == "params" ? double(layer->parameter_count()) : layer->flops(micro_batch, l > 0);
+  }
+  return costs;
+}
+
+template double time_layer<float>(const ModelSpec&, std::int64_t, std::int64_t);
+template double time_layer<double>(const ModelSpec&, std::int64_t, std::int64_t);
+template std::vector<double> layer_costs<float>(const ModelSpec&, const std::string&, std::int64_t,
+                                                MPI_Comm);
+template std::vector<double> layer_costs<double>(const ModelSpec&, const std::string&,
+                                                 std::int64_t, MPI_Comm);
+
+}  // namespace gpipe

@@ -1,0 +1,107 @@
+#include "gpipe/train/driver.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/kokkos_compat.hpp"
+
+namespace gpipe {
+
+template <class T>
+Driver<T>::Driver(Pipeline<T>& pipeline, std::ostream* log)
+    : pipeline_(pipeline), log_(pipeline.rank() == 0 ? log : nullptr) {}
+
+template <class T>
+void Driver<T>::checkpoint() {
+  const auto& c = pipeline_.deck().checkpoint;
+  const std::int64_t step = pipeline_.steps_done();
+  if (c.directory.empty() || saved_at_ == step) return;
+  pipeline_.save_checkpoint(checkpoint_path(c.directory, step));
+  if (pipeline_.rank() == 0) prune_checkpoints(c.directory, c.keep);
+  saved_at_ = step;
+  if (log_) *log_ << fmt::format("  checkpoint {}\n", checkpoint_path(c.directory, step));
+}
+
+template <class T>
+void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, double loss_sum,
+                             std::int64_t seen, double start) {
+  const auto& t = pipeline_.deck().training;
+  const double running = pipeline_.from_last(loss_sum);
+  if (log_)
+    *log_ << fmt::format("  epoch {}/{}  step {:>5}/{}  loss {:.4f}  {:.0f} samples/s\n", epoch + 1,
+                         t.epochs, step + 1, per_epoch_, running / double(seen),
+                         double(seen) / (MPI_Wtime() - start))
+          << std::flush;
+}
+
+template <class T>
+std::pair<double, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std::int64_t epoch,
+                                                       double start) {
+  const auto& deck = pipeline_.deck();
+  const auto& t = deck.training;
+  const auto& c = deck.checkpoint;
+  const auto order = epoch_order(train.samples, deck.seed, epoch, t.shuffle);
+  double loss_sum = 0;
+  std::int64_t seen = 0;
+  for (std::int64_t s = pipeline_.steps_done() - epoch * per_epoch_; s < per_epoch_; ++s) {
+    const auto begin = s * t.batch_size;
+    const auto n = std::min(t.batch_size, train.samples - begin);
+    loss_sum += pipeline_.step(train, order, begin, n).loss;
+    seen += n;
+    if (c.every_steps > 0 && pipeline_.steps_done() % c.every_steps == 0) checkpoint();
+    if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch_)
+      log_progress(epoch, s, loss_sum, seen, start);
+  }
+  return {loss_sum, seen};
+}
+
+template <class T>
+std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& test) {
+  const auto& t = pipeline_.deck().training;
+  const auto& c = pipeline_.deck().checkpoint;
+  per_epoch_ = pipeline_.steps_per_epoch(train.samples);
+  require(per_epoch_ > 0, fmt::format("{}: {} training samples, fewer than one step needs "
+                                      "(training.micro_batches = {})",
+                                      train.labels_name, train.samples, t.micro_batches));
+  pipeline_.set_steps_per_epoch(per_epoch_);
+  pipeline_.set_total_steps(per_epoch_ * t.epochs);
+  std::vector<EpochReport> reports;
+  for (std::int64_t epoch = pipeline_.steps_done() / per_epoch_; epoch < t.epochs; ++epoch) {
+    const double start = MPI_Wtime();
+    auto [loss_sum, seen] = train_epoch(train, epoch, start);
+    compat::fence("gpipe::Driver::epoch");
+    MPI_Barrier(pipeline_.comm());
+    EpochReport r;
+    r.epoch = epoch + 1;
+    r.seconds = MPI_Wtime() - start;
+    r.samples_per_second = double(seen) / r.seconds;
+    loss_sum = pipeline_.from_last(loss_sum);
+    r.train_loss = seen > 0 ? loss_sum / double(seen) : 0.0;
+    r.test = pipeline_.evaluate(test);
+    if (log_)
+      *log_ << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test accuracy "
+                           "{:.4f}, {:.0f} samples/s, {:.1f} s\n",
+                           r.epoch, t.epochs, r.train_loss, r.test.loss, r.test.accuracy,
+                           r.samples_per_second, r.seconds)
+            << std::flush;
+    reports.push_back(r);
+    if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) checkpoint();
+  }
+  return reports;
+}
+
+template <class T>
+std::vector<EpochReport> fit(Pipeline<T>& pipeline, const Dataset& train, const Dataset& test,
+                             std::ostream* log) {
+  return Driver<T>(pipeline, log).fit(train, test);
+}
+
+template class Driver<float>;
+template class Driver<double>;
+template std::vector<EpochReport> fit<float>(Pipeline<float>&, const Dataset&, const Dataset&,
+                                             std::ostream*);
+template std::vector<EpochReport> fit<double>(Pipeline<double>&, const Dataset&, const Dataset&,
+                                              std::ostream*);
+
+}  // namespace gpipe
