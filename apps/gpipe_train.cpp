@@ -82,12 +82,19 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
              K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
              gpipe::to_string(deck.pipeline.remat));
   const auto costs = p.cell_costs(pipeline.costs());
+  const auto shapes = gpipe::model_shapes(deck.model);
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
+  fmt::print("  input shape {}\n", deck.model.input_shape().str());
   for (int k = 0; k < K; ++k) {
     const int first = p.first_layer(k), count = p.counts[size_t(k)];
     fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
                first, first + count - 1, count, costs[size_t(k)], unit,
                double(bytes[size_t(k)]) / (1 << 20));
+    for (int l = first; l < first + count; ++l) {
+      const auto& s = shapes[size_t(l)];
+      fmt::print("    layer {:>2} {:<14} output {:<16} {:>9} parameters\n", l, s.type(),
+                 s.output.str(), s.parameter_count());
+    }
   }
   fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
              p.imbalance(pipeline.costs()), gpipe::bubble_fraction(K, M));

@@ -35,7 +35,8 @@ void RawGemm(benchmark::State& state) {
 template <bool Backward>
 void DenseLayer(benchmark::State& state) {
   const auto n = state.range(0), in = state.range(1), out = state.range(2);
-  gpipe::Dense<T> layer(0, in, out, gpipe::Init::He);
+  const auto spec = gpipe::parse_layer("{type: dense, units: " + std::to_string(out) + "}");
+  gpipe::Dense<T> layer(gpipe::layer_shape(spec, gpipe::Shape{in}));
   gpipe::Vector<T> p("p", layer.parameter_count()), g("g", layer.parameter_count());
   layer.bind(p.data(), g.data());
   layer.initialize(1);

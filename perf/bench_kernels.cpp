@@ -44,13 +44,11 @@ void Copy(benchmark::State& state) {
 template <bool Backward>
 void Layer(benchmark::State& state, const char* type) {
   const std::int64_t rows = state.range(0), f = 1024;
-  gpipe::ModelSpec model;
-  model.input_features = f;
-  gpipe::LayerSpec spec{type};
-  spec.rate = 0.1;
-  model.layers = {spec, {"dense", 10}};
-  auto layer = gpipe::make_layer<T>(model, 0);
+  const std::string text = std::string("{type: ") + type + (std::string(type) == "dropout" ? ", rate: 0.1}" : "}");
+  auto layer = gpipe::make_layer<T>(gpipe::layer_shape(gpipe::parse_layer(text), gpipe::Shape{f}));
   gpipe::Matrix<T> x("x", rows, f), y("y", rows, f), dy("dy", rows, f), dx("dx", rows, f);
+  gpipe::Vector<T> saved("saved", layer->saved_size().elements(rows));
+  const gpipe::SavedView<T> s(saved.data(), saved.extent(0));
   Kokkos::deep_copy(x, 0.3f);
   Kokkos::deep_copy(dy, 0.1f);
   const gpipe::PassContext ctx{1, 2, 0, true};
@@ -58,9 +56,9 @@ void Layer(benchmark::State& state, const char* type) {
   const double bytes = (Backward ? 3.0 : 2.0) * sizeof(T) * rows * f;
   measure(state, rows * f, bytes, [&] {
     if (Backward)
-      layer->backward(ctx, x, dy, dx);
+      layer->backward(ctx, x, dy, dx, s);
     else
-      layer->forward(ctx, x, y);
+      layer->forward(ctx, x, y, s);
   });
 }
 

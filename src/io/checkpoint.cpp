@@ -44,10 +44,8 @@ struct LayerLayout {
 template <class T>
 std::vector<LayerLayout> layouts(const ModelSpec& model) {
   std::vector<LayerLayout> out;
-  for (std::int64_t l = 0; l < std::int64_t(model.layers.size()); ++l) {
-    const auto layer = make_layer<T>(model, l);
-    out.push_back({layer_group(l, layer->type()), layer->parameter_specs()});
-  }
+  for (const auto& layer : model_shapes(model))
+    out.push_back({layer_group(layer.index, layer.type()), layer.parameters});
   return out;
 }
 
@@ -224,7 +222,7 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
         const auto& layout = layers[size_t(l)];
         if (H5Lexists(root, layout.group.c_str(), H5P_DEFAULT) <= 0)
           throw InputError(fmt::format("{}: missing group {} (the model's layer {} is a {} layer)", path,
-                                       layout.group, l, make_layer<T>(model, l)->type()));
+                                       layout.group, l, model.layers[size_t(l)].type));
         auto read = [&](const std::string& name, const ParameterSpec& spec, std::vector<T>& out) {
           const h5::Handle d = h5::dataset(H5Dopen2(root, name.c_str(), H5P_DEFAULT));
           if (!d.valid()) throw InputError(fmt::format("{}: missing dataset {}", path, name));

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "../layers/registry_yaml.hpp"
 #include "gpipe/core/error.hpp"
 
 namespace gpipe {
@@ -29,14 +30,6 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"pipeline", {"balance", "remat"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
       {"trace", {"file", "every"}},
-  };
-  return keys;
-}
-
-const std::map<std::string, std::vector<std::string>>& layer_keys() {
-  static const std::map<std::string, std::vector<std::string>> keys = {
-      {"dense", {"type", "units", "init"}}, {"relu", {"type"}},    {"gelu", {"type"}},
-      {"tanh", {"type"}}, {"layer_norm", {"type", "eps"}}, {"dropout", {"type", "rate"}},
   };
   return keys;
 }
@@ -133,8 +126,31 @@ void positive(bool ok, const Section& s, const std::string& key, std::int64_t va
 
 ModelSpec read_model(const Section& s) {
   ModelSpec model;
-  model.input_features = s.need<std::int64_t>("input", "a positive number of input features");
-  positive(model.input_features > 0, s, "input", model.input_features);
+  const YAML::Node input = s.raw("input");
+  if (!input)
+    throw InputError(fmt::format("{}: missing required field 'model.input' (a positive number of "
+                                 "input features, or a shape such as [1, 28, 28])",
+                                 s.where(s.node())));
+  const std::string expected = "a positive number of features or a list of positive sizes such as [1, 28, 28]";
+  if (input.IsSequence() && input.size() > 0) {
+    for (const auto& d : input) {
+      std::int64_t v = 0;
+      try {
+        v = d.as<std::int64_t>();
+      } catch (const YAML::Exception&) {
+        v = 0;
+      }
+      if (v <= 0 || !d.IsScalar())
+        throw InputError(fmt::format("{}: model.input: expected {}, got '{}'", s.where(d), expected,
+                                     d.IsScalar() ? d.Scalar() : "a nested value"));
+      model.input.dims.push_back(v);
+    }
+  } else {
+    const auto features = s.convert<std::int64_t>(input, "input", expected.c_str());
+    positive(features > 0, s, "input", features);
+    model.input = Shape{features};
+  }
+  model.input_features = model.input.size();
   const YAML::Node layers = s.raw("layers");
   if (!layers)
     throw InputError(fmt::format("{}: missing required field 'model.layers' (a list of layers)",
@@ -142,37 +158,10 @@ ModelSpec read_model(const Section& s) {
   if (!layers.IsSequence() || layers.size() == 0)
     throw InputError(fmt::format("{}: model.layers: expected a non-empty list of layers",
                                  s.where(layers)));
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const YAML::Node n = layers[i];
-    const std::string path = fmt::format("model.layers[{}]", i);
-    if (!n.IsMap())
-      throw InputError(fmt::format("{}: {}: expected a map such as {{type: dense, units: 128}}",
-                                   s.where(n), path));
-    const Section l(n, path, s.file());
-    LayerSpec spec;
-    spec.type = l.need<std::string>("type", "a layer type");
-    spec.where = fmt::format("{} ({})", l.where(n), path);
-    const auto known = layer_keys().find(spec.type);
-    if (known == layer_keys().end())
-      throw InputError(fmt::format("{}: unknown layer type '{}' (expected one of: {})", spec.where,
-                                   spec.type, fmt::join(layer_types(), ", ")));
-    l.only(known->second);
-    if (spec.type == "dense") {
-      spec.units = l.need<std::int64_t>("units", "a positive integer");
-      positive(spec.units > 0, l, "units", spec.units);
-      const auto init = l.get<std::string>("init", "he", "he or glorot");
-      if (init == "he") spec.init = Init::He;
-      else if (init == "glorot") spec.init = Init::Glorot;
-      else
-        throw InputError(fmt::format("{}: {}.init: unknown initialization '{}' (expected he or "
-                                     "glorot)",
-                                     l.where(l.raw("init")), path, init));
-    }
-    spec.rate = l.get<double>("rate", 0.0, "a number in [0, 1)");
-    spec.eps = l.get<double>("eps", 1e-5, "a positive number");
-    model.layers.push_back(spec);
-  }
-  model.output_features();  // validates sizes and values
+  for (size_t i = 0; i < layers.size(); ++i)
+    model.layers.push_back(
+        parse_layer_node(layers[i], s.file(), fmt::format("model.layers[{}]", i)));
+  model_shapes(model);  // validates every layer's input shape
   return model;
 }
 

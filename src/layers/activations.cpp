@@ -5,7 +5,6 @@
 namespace gpipe {
 
 struct ReluOp {
-  static const char* name() { return "relu"; }
   static constexpr double kFlops = 2;
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) { return x > T(0) ? x : T(0); }
@@ -21,7 +20,6 @@ KOKKOS_INLINE_FUNCTION T fast_tanh(T u) {
 }
 
 struct TanhOp {
-  static const char* name() { return "tanh"; }
   static constexpr double kFlops = 25;
   template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) { return compat::tanh(x); }
@@ -33,7 +31,6 @@ struct TanhOp {
 };
 
 struct GeluOp {
-  static const char* name() { return "gelu"; }
   static constexpr double kFlops = 60;
   static constexpr double kC = 0.7978845608028654;  // sqrt(2/pi)
   static constexpr double kA = 0.044715;
@@ -52,12 +49,7 @@ struct GeluOp {
 };
 
 template <class T, class Op>
-std::string Elementwise<T, Op>::type() const {
-  return Op::name();
-}
-
-template <class T, class Op>
-void Elementwise<T, Op>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
+void Elementwise<T, Op>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   const auto xf = flat(x);
   const auto yf = flat(y);
   Kokkos::parallel_for(
@@ -67,7 +59,7 @@ void Elementwise<T, Op>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T>
 
 template <class T, class Op>
 void Elementwise<T, Op>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
-                                  Matrix<T> dx) {
+                                  Matrix<T> dx, SavedView<T>) {
   if (dx.extent(0) == 0) return;
   const auto xf = flat(x);
   const auto dyf = flat(dy);
@@ -77,16 +69,30 @@ void Elementwise<T, Op>::backward(const PassContext&, ConstMatrix<T> x, ConstMat
       KOKKOS_LAMBDA(const std::int64_t i) { dxf(i) = dyf(i) * Op::derivative(xf(i)); });
 }
 
-template <class T, class Op>
-double Elementwise<T, Op>::count_flops(std::int64_t batch, bool input_gradient) const {
-  return (input_gradient ? 2.0 : 1.0) * Op::kFlops * double(batch) * double(this->in_features());
-}
-
 template class Elementwise<float, ReluOp>;
 template class Elementwise<double, ReluOp>;
 template class Elementwise<float, TanhOp>;
 template class Elementwise<double, TanhOp>;
 template class Elementwise<float, GeluOp>;
 template class Elementwise<double, GeluOp>;
+
+namespace {
+template <class Op, template <class> class L>
+LayerEntry elementwise_entry(const char* name) {
+  LayerEntry e;
+  e.name = name;
+  e.output_shape = [](const LayerConfig&, const Shape& in) { return in; };
+  e.flops = [](const LayerConfig&, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    return (input_gradient ? 2.0 : 1.0) * Op::kFlops * double(batch) * double(in.size());
+  };
+  return with_factories<L>(e);
+}
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(activations) {
+  return {elementwise_entry<ReluOp, ReLU>("relu"), elementwise_entry<GeluOp, GELU>("gelu"),
+          elementwise_entry<TanhOp, Tanh>("tanh")};
+}
 
 }  // namespace gpipe

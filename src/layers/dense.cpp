@@ -2,20 +2,15 @@
 
 #include <KokkosBlas3_gemm.hpp>
 #include <cmath>
+#include <fmt/format.h>
 
 #include "gpipe/core/rng.hpp"
 
 namespace gpipe {
 
 template <class T>
-Dense<T>::Dense(std::int64_t index, std::int64_t in, std::int64_t out, Init init)
-    : Layer<T>(index, in, out), init_(init) {}
-
-template <class T>
-std::vector<ParameterSpec> Dense<T>::parameter_specs() const {
-  return {{"weight", this->in_features(), this->out_features()},
-          {"bias", 1, this->out_features()}};
-}
+Dense<T>::Dense(const LayerShape& shape)
+    : Layer<T>(shape), init_(shape.spec.as<DenseConfig>().init) {}
 
 template <class T>
 void Dense<T>::bind(T* values, T* gradients) {
@@ -46,7 +41,7 @@ void Dense<T>::initialize(std::uint64_t seed) {
 }
 
 template <class T>
-void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
+void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   const auto out = this->out_features();
   auto b = bias_;
   Kokkos::parallel_for(
@@ -59,7 +54,8 @@ void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
 }
 
 template <class T>
-void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) {
+void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                        SavedView<T>) {
   KokkosBlas::gemm("T", "N", T(1), x, dy, T(1), weight_grad_);
   const std::int64_t n = std::int64_t(dy.extent(0));
   auto db = bias_grad_;
@@ -73,14 +69,39 @@ void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
   if (dx.extent(0) > 0) KokkosBlas::gemm("N", "T", T(1), dy, weight_, T(0), dx);
 }
 
-template <class T>
-double Dense<T>::count_flops(std::int64_t batch, bool input_gradient) const {
-  const double n = double(batch), in = double(this->in_features()),
-               out = double(this->out_features());
-  return (input_gradient ? 6.0 : 4.0) * n * in * out + 2.0 * n * out;
-}
-
 template class Dense<float>;
 template class Dense<double>;
+
+namespace {
+LayerEntry dense_entry() {
+  LayerEntry e;
+  e.name = "dense";
+  e.keys = {"units", "init"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<DenseConfig>();
+    c->units = k.required_integer("units", 1, "a positive integer");
+    const auto init = k.text("init", "he", "he or glorot");
+    if (init == "glorot") c->init = Init::Glorot;
+    else if (init != "he") k.fail("init", fmt::format("unknown initialization '{}' (expected he or glorot)", init));
+    return c;
+  };
+  e.output_shape = [](const LayerConfig& c, const Shape& in) {
+    if (in.rank() != 1) throw ShapeMismatch("(features); add {type: flatten} before it");
+    return Shape{static_cast<const DenseConfig&>(c).units};
+  };
+  e.parameters = [](const LayerConfig& c, const Shape& in) {
+    const auto out = static_cast<const DenseConfig&>(c).units;
+    return std::vector<ParameterSpec>{{"weight", in.size(), out}, {"bias", 1, out}};
+  };
+  e.flops = [](const LayerConfig&, const Shape& input, const Shape& output, std::int64_t batch,
+               bool input_gradient) {
+    const double n = double(batch), in = double(input.size()), out = double(output.size());
+    return (input_gradient ? 6.0 : 4.0) * n * in * out + 2.0 * n * out;
+  };
+  return with_factories<Dense>(e);
+}
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(dense) { return {dense_entry()}; }
 
 }  // namespace gpipe

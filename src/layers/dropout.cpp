@@ -5,8 +5,8 @@
 namespace gpipe {
 
 template <class T>
-Dropout<T>::Dropout(std::int64_t index, std::int64_t features, double rate)
-    : Layer<T>(index, features, features), rate_(rate) {}
+Dropout<T>::Dropout(const LayerShape& shape)
+    : Layer<T>(shape), rate_(shape.spec.as<DropoutConfig>().rate) {}
 
 namespace {
 // y = x * mask * scale, where mask keys on (seed, step, layer, sample, column).
@@ -31,7 +31,7 @@ void apply_mask(const PassContext& ctx, std::int64_t layer, double rate, ConstMa
 }  // namespace
 
 template <class T>
-void Dropout<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) {
+void Dropout<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   if (!ctx.training || rate_ == 0.0) {
     Kokkos::deep_copy(y, x);
     return;
@@ -41,7 +41,7 @@ void Dropout<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) 
 
 template <class T>
 void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
-                          Matrix<T> dx) {
+                          Matrix<T> dx, SavedView<T>) {
   if (dx.extent(0) == 0) return;
   if (rate_ == 0.0) {
     Kokkos::deep_copy(dx, dy);
@@ -50,12 +50,28 @@ void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T>
   apply_mask<T>(ctx, this->index(), rate_, dy, dx, "gpipe::Dropout::backward");
 }
 
-template <class T>
-double Dropout<T>::count_flops(std::int64_t batch, bool input_gradient) const {
-  return (input_gradient ? 2.0 : 1.0) * double(batch) * double(this->in_features());
-}
-
 template class Dropout<float>;
 template class Dropout<double>;
+
+namespace {
+LayerEntry dropout_entry() {
+  LayerEntry e;
+  e.name = "dropout";
+  e.keys = {"rate"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<DropoutConfig>();
+    c->rate = k.number("rate", 0.0, 0.0, 1.0, true, "a number in [0, 1)");
+    return c;
+  };
+  e.output_shape = [](const LayerConfig&, const Shape& in) { return in; };
+  e.flops = [](const LayerConfig&, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    return (input_gradient ? 2.0 : 1.0) * double(batch) * double(in.size());
+  };
+  return with_factories<Dropout>(e);
+}
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(dropout) { return {dropout_entry()}; }
 
 }  // namespace gpipe

@@ -1,17 +1,16 @@
 #include "gpipe/layers/layer_norm.hpp"
 
+#include <fmt/format.h>
+
+#include <limits>
+
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
 
 template <class T>
-LayerNorm<T>::LayerNorm(std::int64_t index, std::int64_t features, double eps)
-    : Layer<T>(index, features, features), eps_(eps) {}
-
-template <class T>
-std::vector<ParameterSpec> LayerNorm<T>::parameter_specs() const {
-  return {{"gamma", 1, this->in_features()}, {"beta", 1, this->in_features()}};
-}
+LayerNorm<T>::LayerNorm(const LayerShape& shape)
+    : Layer<T>(shape), eps_(shape.spec.as<LayerNormConfig>().eps) {}
 
 template <class T>
 void LayerNorm<T>::bind(T* values, T* gradients) {
@@ -55,13 +54,10 @@ void row_statistics(ConstMatrix<T> x, Stats stats, T eps) {
 }  // namespace
 
 template <class T>
-void LayerNorm<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
+void LayerNorm<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y,
+                           SavedView<T> saved) {
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
-  if (std::int64_t(row_stats_.extent(0)) < n)
-    row_stats_ = decltype(row_stats_)(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                         "gpipe::LayerNorm::row_stats"),
-                                      n, 2);
-  auto stats = row_stats_;
+  const auto stats = unmanaged_matrix(saved.data(), n, 2);
   row_statistics<T>(x, stats, T(eps_));
   auto g = gamma_;
   auto b = beta_;
@@ -74,14 +70,9 @@ void LayerNorm<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y) {
 
 template <class T>
 void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
-                            Matrix<T> dx) {
+                            Matrix<T> dx, SavedView<T> saved) {
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
-  if (std::int64_t(row_stats_.extent(0)) < n)
-    row_stats_ = decltype(row_stats_)(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                                         "gpipe::LayerNorm::row_stats"),
-                                      n, 2);
-  auto stats = row_stats_;
-  row_statistics<T>(x, stats, T(eps_));
+  const auto stats = unmanaged_matrix(saved.data(), n, 2);  // written by forward
   auto g = gamma_;
   auto dg = gamma_grad_;
   auto db = beta_grad_;
@@ -119,12 +110,36 @@ void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T>
       });
 }
 
-template <class T>
-double LayerNorm<T>::count_flops(std::int64_t batch, bool input_gradient) const {
-  return (input_gradient ? 20.0 : 12.0) * double(batch) * double(this->in_features());
-}
-
 template class LayerNorm<float>;
 template class LayerNorm<double>;
+
+namespace {
+LayerEntry layer_norm_entry() {
+  LayerEntry e;
+  e.name = "layer_norm";
+  e.keys = {"eps"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<LayerNormConfig>();
+    c->eps = k.number("eps", 1e-5, 0.0, std::numeric_limits<double>::infinity(), false, "a positive number");
+    if (c->eps <= 0) k.fail("eps", fmt::format("expected a positive number, got {}", c->eps));
+    return c;
+  };
+  e.output_shape = [](const LayerConfig&, const Shape& in) {
+    if (in.rank() != 1) throw ShapeMismatch("(features)");
+    return in;
+  };
+  e.parameters = [](const LayerConfig&, const Shape& in) {
+    return std::vector<ParameterSpec>{{"gamma", 1, in.size()}, {"beta", 1, in.size()}};
+  };
+  e.saved = [](const LayerConfig&, const Shape&) { return SavedSize{2, 0}; };
+  e.flops = [](const LayerConfig&, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    return (input_gradient ? 20.0 : 12.0) * double(batch) * double(in.size());
+  };
+  return with_factories<LayerNorm>(e);
+}
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(layer_norm) { return {layer_norm_entry()}; }
 
 }  // namespace gpipe

@@ -24,17 +24,19 @@ double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch
   Matrix<T> y("gpipe::profile::y", batch, layer->out_features());
   // The model's first layer never computes an input gradient (see Cell::backward).
   Matrix<T> dx("gpipe::profile::dx", index == 0 ? 0 : batch, layer->in_features());
+  Vector<T> saved_storage("gpipe::profile::saved", size_t(layer->saved_size().elements(batch)));
+  const SavedView<T> saved(saved_storage.data(), saved_storage.extent(0));
   Kokkos::deep_copy(x, T(0.5));
   Kokkos::deep_copy(y, T(0.25));
   const PassContext ctx{};
-  layer->forward(ctx, x, y);  // warm-up
-  layer->backward(ctx, x, y, dx);
+  layer->forward(ctx, x, y, saved);  // warm-up
+  layer->backward(ctx, x, y, dx, saved);
   compat::fence("gpipe::profile");
   const int reps = 3;
   const double start = now();
   for (int r = 0; r < reps; ++r) {
-    layer->forward(ctx, x, y);
-    layer->backward(ctx, x, y, dx);
+    layer->forward(ctx, x, y, saved);
+    layer->backward(ctx, x, y, dx, saved);
   }
   compat::fence("gpipe::profile");
   return (now() - start) / reps;
@@ -53,9 +55,10 @@ std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
     MPI_Bcast(costs.data(), int(L), MPI_DOUBLE, 0, comm);
     return costs;
   }
+  const auto shapes = model_shapes(model);
   for (std::int64_t l = 0; l < L; ++l) {
-    const auto layer = make_layer<T>(model, l);
-    costs[size_t(l)] = mode == "params" ? double(layer->parameter_count()) : layer->flops(micro_batch, l > 0);
+    const auto& layer = shapes[size_t(l)];
+    costs[size_t(l)] = mode == "params" ? double(layer.parameter_count()) : layer.flops(micro_batch, l > 0);
   }
   return costs;
 }

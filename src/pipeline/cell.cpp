@@ -21,9 +21,10 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   const int count = partition.counts[size_t(rank())];
 
   // Layers and their parameters, as views into one flat buffer per cell.
+  const auto shapes = model_shapes(model);
   std::int64_t total = 0;
   for (int i = 0; i < count; ++i) {
-    layers_.push_back(make_layer<T>(model, first_layer_ + i));
+    layers_.push_back(make_layer<T>(shapes.at(size_t(first_layer_ + i))));
     total += layers_.back()->parameter_count();
   }
   params_ = Vector<T>("gpipe::Cell::parameters", total);
@@ -91,6 +92,27 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
       activation_bytes_ += bytes(rows, layers_[size_t(l)]->out_features());
     }
   }
+
+  // Saved state (layers' forward-to-backward storage), like the activations:
+  // per micro-batch for kept micro-batches, one shared scratch for
+  // re-materialized ones, and always per micro-batch for the cell's last
+  // layer, which a recompute does not rerun.
+  const auto saved_buffer = [&](int l, const std::string& name) {
+    const auto elements = layers_[size_t(l)]->saved_size().elements(rows);
+    activation_bytes_ += elements * std::int64_t(sizeof(T));
+    return elements == 0 ? Vector<T>()
+                         : Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, name), elements);
+  };
+  saved_.resize(size_t(M));
+  for (int m = 0; m < M; ++m) {
+    saved_[size_t(m)].resize(size_t(count));
+    for (int l = 0; l < count; ++l)
+      if (l + 1 == count || !schedule.rematerialized[size_t(m)])
+        saved_[size_t(m)][size_t(l)] = saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", m, l));
+  }
+  if (any_rematerialized)
+    for (int l = 0; l + 1 < count; ++l)
+      saved_scratch_.push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved_scratch[{}]", l)));
   grad_ping_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_ping"),
                          rows * max_features);
   grad_pong_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_pong"),
@@ -122,8 +144,15 @@ Matrix<T> Cell<T>::layer_output(int m, int layer) const {
 }
 
 template <class T>
+SavedView<T> Cell<T>::layer_saved(int m, int layer) const {
+  const bool own = layer + 1 == int(layers_.size()) || kept_now_[size_t(m)];
+  const Vector<T>& storage = own ? saved_[size_t(m)][size_t(layer)] : saved_scratch_[size_t(layer)];
+  return SavedView<T>(storage.data(), storage.extent(0));
+}
+
+template <class T>
 void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
-  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, training};
+  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, training, !whole_cell};
   const auto& mb = split_[size_t(m)];
   if (!is_first() && whole_cell) {
     const Tracer::Scope wait(tracer_, EventKind::Wait, m);
@@ -133,7 +162,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
     const Tracer::Scope compute(tracer_, whole_cell ? EventKind::Forward : EventKind::Recompute, m);
     const int count = whole_cell ? int(layers_.size()) : int(layers_.size()) - 1;
     for (int l = 0; l < count; ++l)
-      layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l));
+      layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
     if (!whole_cell) return;  // a recompute stops before the cell output
     if (is_last() && predict_logits_.extent(0) > 0) {
       Kokkos::deep_copy(Kokkos::subview(predict_logits_, std::make_pair(mb.offset, mb.offset + mb.size),
@@ -179,7 +208,7 @@ void Cell<T>::backward(int m) {
       } else if (!is_first()) {
         dx = input_grads_[size_t(m)].rows(n);
       }
-      layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx);
+      layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
       dy = dx;
     }
   }

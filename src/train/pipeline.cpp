@@ -138,8 +138,7 @@ std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
 template <class T>
 std::int64_t Pipeline<T>::total_parameters() const {
   std::int64_t total = 0;
-  for (std::int64_t l = 0; l < std::int64_t(deck_.model.layers.size()); ++l)
-    total += make_layer<T>(deck_.model, l)->parameter_count();
+  for (const auto& layer : model_shapes(deck_.model)) total += layer.parameter_count();
   return total;
 }
 

@@ -134,6 +134,7 @@ TEST(Pipeline, OneLayerPerCell) {
 std::vector<std::int64_t> expected_bytes(const std::vector<int>& counts, int M, bool remat) {
   const std::vector<std::int64_t> in = {6, 10, 10, 10, 10, 8, 8, 5, 5};   // layer inputs
   const std::vector<std::int64_t> out = {10, 10, 10, 10, 8, 8, 5, 5, 3};  // layer outputs
+  const std::vector<std::int64_t> saved = {0, 0, 2, 0, 0, 0, 0, 0, 0};    // per sample (layer_norm)
   const std::int64_t rows = (kBatch + M - 1) / M, word = sizeof(double);
   std::vector<std::int64_t> bytes;
   int first = 0;
@@ -144,6 +145,8 @@ std::vector<std::int64_t> expected_bytes(const std::vector<int>& counts, int M, 
     b += (remat ? 1 : M) * rows * hidden;                    // scratch (remat) or kept per micro-batch
     const bool last = first + c == 9;
     b += (last ? 1 : M) * rows * out[size_t(first + c - 1)]; // logits, or output send buffers
+    for (int l = first; l < first + c; ++l)                  // saved state: like kept outputs,
+      b += (remat && l + 1 < first + c ? 1 : M) * rows * saved[size_t(l)];  // last layer per micro-batch
     bytes.push_back(b * word);
     first += c;
   }
@@ -166,9 +169,10 @@ TEST(Pipeline, ActivationBytesMatchFormula) {
   }
   if (K == 1) {
     // O(N L) without re-materialization against O(N + L N / M) with it:
-    // 3 x 48 hidden features x 8 bytes saved per extra micro-batch row.
+    // 3 x (48 hidden features + 2 saved layer_norm statistics) x 8 bytes
+    // saved per extra micro-batch row.
     const auto never = expected_bytes({9}, M, false)[0], always = expected_bytes({9}, M, true)[0];
-    EXPECT_EQ(never - always, (M - 1) * 3 * (10 + 10 + 10 + 10 + 8 + 8 + 5 + 5) * 8);
+    EXPECT_EQ(never - always, (M - 1) * 3 * (10 + 10 + 10 + 10 + 8 + 8 + 5 + 5 + 2) * 8);
   }
 }
 

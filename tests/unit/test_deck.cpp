@@ -4,6 +4,8 @@
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/layers/dense.hpp"
+#include "gpipe/layers/dropout.hpp"
 
 namespace gpipe {
 namespace {
@@ -51,8 +53,8 @@ TEST(Deck, ParsesEverySection) {
   EXPECT_EQ(d.precision, "float");
   EXPECT_EQ(d.model.input_features, 4);
   ASSERT_EQ(d.model.layers.size(), 5u);
-  EXPECT_EQ(d.model.layers[0].init, Init::Glorot);
-  EXPECT_EQ(d.model.layers[2].rate, 0.25);
+  EXPECT_EQ(d.model.layers[0].as<DenseConfig>().init, Init::Glorot);
+  EXPECT_EQ(d.model.layers[2].as<DropoutConfig>().rate, 0.25);
   EXPECT_EQ(d.model.classes(), 3);
   EXPECT_EQ(d.data.train_labels, "tl");
   EXPECT_EQ(d.training.micro_batches, 4);
@@ -73,9 +75,52 @@ TEST(Deck, SetOverridesValues) {
 }
 
 TEST(DeckErrors, UnknownLayerType) {
-  EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv2d}")),
-            "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv2d' (expected one of: "
-            "dense, relu, gelu, tanh, layer_norm, dropout)");
+  EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv7d}")),
+            "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv7d' (expected one of: "
+            "dense, dropout, gelu, layer_norm, relu, tanh)");
+}
+
+TEST(DeckShapes, InputShapeListAndShapePass) {
+  const Deck d = parse_deck(replace(kDeck, "input: 4", "input: [4]"), "deck.yaml");
+  EXPECT_EQ(d.model.input, Shape{4});
+  EXPECT_EQ(d.model.input_features, 4);
+  const auto shapes = model_shapes(parse_deck(kDeck, "deck.yaml").model);
+  ASSERT_EQ(shapes.size(), 5u);
+  EXPECT_EQ(shapes[0].input, Shape{4});
+  EXPECT_EQ(shapes[0].output, Shape{8});
+  EXPECT_EQ(shapes[0].parameter_count(), 4 * 8 + 8);
+  EXPECT_EQ(shapes[3].type(), "layer_norm");
+  EXPECT_EQ(shapes[3].saved.elements(10), 20);  // (mean, 1/std) per sample
+  EXPECT_EQ(shapes[4].output, Shape{3});
+  EXPECT_EQ(shapes[4].flops(2, false), 4.0 * 2 * 8 * 3 + 2.0 * 2 * 3);
+}
+
+TEST(DeckShapes, MismatchNamesLayerTypeAndShapes) {
+  // A Dense layer reads flat features; an image needs a flatten first.
+  EXPECT_EQ(error_of(replace(replace(kDeck, "input: 4", "input: [1, 2, 2]"), "{type: dense, units: 8, init: glorot}",
+                             "{type: layer_norm}")),
+            "deck.yaml:5:7 (model.layers[0]): layer 0 (layer_norm) cannot take input shape [1, 2, 2]: "
+            "expected (features)");
+  EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: [2, 2]")),
+            "deck.yaml:5:7 (model.layers[0]): layer 0 (dense) cannot take input shape [2, 2]: "
+            "expected (features); add {type: flatten} before it");
+  EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: [1, 0, 28]")),
+            "deck.yaml:3:14: model.input: expected a positive number of features or a list of "
+            "positive sizes such as [1, 28, 28], got '0'");
+  EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: -4")),
+            "deck.yaml:3:10: model.input: expected a positive integer, got -4");
+}
+
+TEST(DeckErrors, LayerKeys) {
+  EXPECT_EQ(error_of(replace(kDeck, "rate: 0.25", "rate: 1.5")),
+            "deck.yaml:7:29: model.layers[2].rate: expected a number in [0, 1), got 1.5");
+  EXPECT_EQ(error_of(replace(kDeck, "rate: 0.25", "units: 2")),
+            "deck.yaml:7:23: unknown key 'units' in model.layers[2] (expected one of: type, rate)");
+  EXPECT_EQ(error_of(replace(kDeck, "init: glorot", "init: lecun")),
+            "deck.yaml:5:37: model.layers[0].init: unknown initialization 'lecun' (expected he or "
+            "glorot)");
+  EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{kind: gelu}")),
+            "deck.yaml:6:7: missing required field 'model.layers[1].type' (a layer type)");
 }
 
 TEST(DeckErrors, InconsistentSizes) {

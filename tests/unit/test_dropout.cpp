@@ -8,6 +8,11 @@
 namespace gpipe {
 namespace {
 
+Dropout<double> make(std::int64_t index, std::int64_t features, double rate) {
+  const auto spec = parse_layer("{type: dropout, rate: " + std::to_string(rate) + "}");
+  return Dropout<double>(layer_shape(spec, Shape{features}, index));
+}
+
 std::vector<double> run(Dropout<double>& d, const PassContext& ctx, std::int64_t rows,
                         std::int64_t offset_rows = 0) {
   const std::int64_t f = d.in_features();
@@ -20,13 +25,13 @@ std::vector<double> run(Dropout<double>& d, const PassContext& ctx, std::int64_t
 }
 
 TEST(Dropout, RecomputeReproducesMaskBitwise) {
-  Dropout<double> d(3, 64, 0.3);
+  Dropout<double> d = make(3, 64, 0.3);
   const PassContext ctx{42, 7, 0, true};
   EXPECT_EQ(run(d, ctx, 16), run(d, ctx, 16));
 }
 
 TEST(Dropout, MaskDependsOnSeedStepAndLayer) {
-  Dropout<double> d(3, 64, 0.3), other(4, 64, 0.3);
+  Dropout<double> d = make(3, 64, 0.3), other = make(4, 64, 0.3);
   const PassContext ctx{42, 7, 0, true};
   const auto base = run(d, ctx, 8);
   EXPECT_NE(base, run(d, {43, 7, 0, true}, 8));
@@ -36,7 +41,7 @@ TEST(Dropout, MaskDependsOnSeedStepAndLayer) {
 
 TEST(Dropout, MaskIndependentOfMicroBatchSplit) {
   // Rows 4..7 of one 8-row pass equal a 4-row pass whose micro-batch starts at sample 4.
-  Dropout<double> d(1, 32, 0.5);
+  Dropout<double> d = make(1, 32, 0.5);
   const PassContext ctx{1, 2, 0, true};
   const auto whole = run(d, ctx, 8);
   const auto second_half = run(d, ctx, 4, 4);
@@ -44,7 +49,7 @@ TEST(Dropout, MaskIndependentOfMicroBatchSplit) {
 }
 
 TEST(Dropout, KeepsAboutOneMinusRateAndScales) {
-  Dropout<double> d(0, 1000, 0.25);
+  Dropout<double> d = make(0, 1000, 0.25);
   const auto y = run(d, {9, 0, 0, true}, 40);
   std::int64_t kept = 0;
   for (double v : y) {
@@ -58,7 +63,7 @@ TEST(Dropout, KeepsAboutOneMinusRateAndScales) {
 }
 
 TEST(Dropout, EvaluationIsIdentity) {
-  Dropout<double> d(0, 10, 0.9);
+  Dropout<double> d = make(0, 10, 0.9);
   const auto y = run(d, {9, 0, 0, false}, 3);
   EXPECT_EQ(y, std::vector<double>(30, 1.0));
 }

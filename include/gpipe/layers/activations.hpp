@@ -1,6 +1,7 @@
 #pragma once
-// Element-wise activations: y = f(x), dx = dy * f'(x). Shapes (n, features)
-// in and out; no parameters. backward recomputes f'(x) from the input x.
+// Element-wise activations: y = f(x), dx = dy * f'(x). Any input shape; the
+// output has the same shape. No parameters; backward recomputes f'(x) from
+// the input x. FLOPs: Op::kFlops per element in forward, again in backward.
 
 #include "gpipe/layers/layer.hpp"
 
@@ -11,14 +12,12 @@ namespace gpipe {
 template <class T, class Op>
 class Elementwise final : public Layer<T> {
  public:
-  Elementwise(std::int64_t index, std::int64_t features) : Layer<T>(index, features, features) {}
-  std::string type() const override;
-  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
-
- protected:
-  /// Op::kFlops per element in the forward pass, and again in the backward.
-  double count_flops(std::int64_t batch, bool input_gradient) const override;
+  explicit Elementwise(const LayerShape& shape) : Layer<T>(shape) {}
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override;
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T> saved) override;
+  using Layer<T>::forward;
+  using Layer<T>::backward;
 };
 
 struct ReluOp;

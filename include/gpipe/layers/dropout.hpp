@@ -6,6 +6,13 @@
 
 namespace gpipe {
 
+/// Deck keys of `{type: dropout, rate: 0.1}`.
+struct DropoutConfig : LayerConfig {
+  double rate = 0;  ///< drop probability in [0, 1)
+};
+
+/// Any input shape; the output has the same shape. FLOPs: one per element in
+/// forward and one in backward.
 /// The mask of element (i, j) of a micro-batch is a pure function of
 /// (seed, step, layer index, sample = ctx.sample_offset + i, column j), so a
 /// recomputed forward pass (re-materialization) reproduces it exactly, and it
@@ -13,16 +20,14 @@ namespace gpipe {
 template <class T>
 class Dropout final : public Layer<T> {
  public:
-  /// rate in [0, 1).
-  Dropout(std::int64_t index, std::int64_t features, double rate);
+  explicit Dropout(const LayerShape& shape);
 
-  std::string type() const override { return "dropout"; }
-  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) override;
-  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx) override;
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override;
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T> saved) override;
+  using Layer<T>::forward;
+  using Layer<T>::backward;
   double rate() const { return rate_; }
-
- protected:
-  double count_flops(std::int64_t batch, bool input_gradient) const override;
 
  private:
   double rate_;

@@ -1,17 +1,21 @@
 #pragma once
 // The layer interface. A layer maps x (batch, in_features) to
-// y (batch, out_features), both row-major Views in MemSpace.
+// y (batch, out_features), both row-major Views in MemSpace; it reads the
+// features of one sample as its input shape (layers/shape.hpp).
 //
-// Layers keep no activations: backward() receives the same input x that
-// forward() saw and recomputes what it needs. The cell runner owns all
-// activation storage, which is what makes re-materialization a scheduling
-// decision rather than a per-layer feature (GPipe, Huang et al. 2019, sec. 2.2).
+// Layers keep no activations: the cell runner owns all activation storage,
+// and also the state a layer saves in forward() for backward() (pooling
+// argmax, normalization statistics), which is what makes re-materialization
+// a scheduling decision rather than a per-layer feature (GPipe, Huang et al.
+// 2019, sec. 2.2). Shapes, parameter specs, saved sizes and FLOPs come from
+// the shape pass (model/shapes.hpp), so layers and the pass never disagree.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/model/shapes.hpp"
 
 namespace gpipe {
 
@@ -21,31 +25,37 @@ struct PassContext {
   std::uint64_t step = 0;         ///< optimizer step (mini-batch) index, from 0
   std::int64_t sample_offset = 0; ///< index of the micro-batch's first sample in its mini-batch
   bool training = true;           ///< false: evaluation (Dropout is the identity)
+  /// true: this forward repeats one already run in this step
+  /// (re-materialization); layers must not update running state again.
+  bool recompute = false;
 };
 
-/// One parameter tensor of a layer: `rows` x `cols` (a vector has rows == 1).
-struct ParameterSpec {
-  std::string name;
-  std::int64_t rows = 0;
-  std::int64_t cols = 0;
-  std::int64_t size() const { return rows * cols; }
-};
+/// A layer's saved state for one micro-batch: saved_size().elements(n)
+/// elements in MemSpace, laid out as the layer documents.
+template <class T>
+using SavedView = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
 class Layer {
  public:
   virtual ~Layer() = default;
 
-  /// Type name as written in the input deck ("dense", "relu", ...).
-  virtual std::string type() const = 0;
-  std::int64_t in_features() const { return in_; }
-  std::int64_t out_features() const { return out_; }
+  /// Type name as written in the input deck ("dense", "conv2d", ...).
+  const std::string& type() const { return shape_.type(); }
+  std::int64_t in_features() const { return shape_.input.size(); }
+  std::int64_t out_features() const { return shape_.output.size(); }
+  /// Per-sample input and output shapes.
+  const Shape& input_shape() const { return shape_.input; }
+  const Shape& output_shape() const { return shape_.output; }
   /// Position of the layer in the whole model (0-based); keys its RNG streams.
-  std::int64_t index() const { return index_; }
+  std::int64_t index() const { return shape_.index; }
+  const LayerShape& shape() const { return shape_; }
 
   /// Parameter tensors in storage order; empty for parameter-free layers.
-  virtual std::vector<ParameterSpec> parameter_specs() const { return {}; }
-  std::int64_t parameter_count() const;
+  const std::vector<ParameterSpec>& parameter_specs() const { return shape_.parameters; }
+  std::int64_t parameter_count() const { return shape_.parameter_count(); }
+  /// Saved state forward() writes and backward() reads.
+  const SavedSize& saved_size() const { return shape_.saved; }
 
   /// Points the layer's parameters and gradients at `values` and `gradients`,
   /// each holding parameter_count() elements in MemSpace (slices of the
@@ -58,36 +68,36 @@ class Layer {
   virtual void initialize(std::uint64_t seed) { (void)seed; }
 
   /// y = f(x). x: (n, in_features), y: (n, out_features), preallocated.
-  virtual void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) = 0;
+  /// saved: saved_size().elements(n) elements (extent 0 when none), written
+  /// here in training (ctx.training) for backward().
+  virtual void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y,
+                       SavedView<T> saved) = 0;
 
-  /// Given the forward input x and dL/dy, writes dL/dx into dx and *adds*
-  /// dL/dparameters to the bound gradients. dx may have extent 0 (the first
-  /// layer of the model), in which case it is not computed.
-  virtual void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
-                        Matrix<T> dx) = 0;
+  /// Given the forward input x, the state forward() saved, and dL/dy, writes
+  /// dL/dx into dx and *adds* dL/dparameters to the bound gradients. dx may
+  /// have extent 0 (the first layer of the model), in which case it is not
+  /// computed.
+  virtual void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                        SavedView<T> saved) = 0;
+
+  /// forward()/backward() with saved state allocated for this call only (for
+  /// tests and profiling; the cell passes storage it owns). backward() then
+  /// runs forward() first to fill it.
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y);
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx);
 
   /// Floating-point operations of forward + backward for `batch` samples;
   /// without the input gradient when `input_gradient` is false (the model's
   /// first layer, see backward()).
   double flops(std::int64_t batch, bool input_gradient = true) const {
-    return count_flops(batch, input_gradient);
+    return shape_.flops(batch, input_gradient);
   }
 
  protected:
-  virtual double count_flops(std::int64_t batch, bool input_gradient) const = 0;
-  Layer(std::int64_t index, std::int64_t in, std::int64_t out) : index_(index), in_(in), out_(out) {}
+  explicit Layer(const LayerShape& shape) : shape_(shape) {}
 
  private:
-  std::int64_t index_;
-  std::int64_t in_;
-  std::int64_t out_;
+  LayerShape shape_;
 };
-
-template <class T>
-std::int64_t Layer<T>::parameter_count() const {
-  std::int64_t total = 0;
-  for (const auto& p : parameter_specs()) total += p.size();
-  return total;
-}
 
 }  // namespace gpipe

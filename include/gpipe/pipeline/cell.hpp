@@ -70,8 +70,9 @@ class Cell {
   int first_layer() const { return first_layer_; }
 
   /// Bytes of activation storage this cell keeps across a step: micro-batch
-  /// inputs, kept layer outputs, the re-materialization scratch, and the
-  /// cell-output buffers (see docs/design.md, "Activation memory").
+  /// inputs, kept layer outputs, the layers' saved state, the
+  /// re-materialization scratch, and the cell-output buffers (see
+  /// docs/design.md, "Activation memory").
   std::int64_t activation_bytes() const { return activation_bytes_; }
 
   /// Records the cell's operations into `tracer` (null: no tracing) during
@@ -85,6 +86,7 @@ class Cell {
   void backward(int m);
   ConstMatrix<T> layer_input(int m, int layer) const;
   Matrix<T> layer_output(int m, int layer) const;
+  SavedView<T> layer_saved(int m, int layer) const;
 
   Communicator comm_;
   CellOptions options_;
@@ -101,6 +103,8 @@ class Cell {
   std::vector<BoundaryBuffer<T>> input_grads_;  // [m] dL/dinput to send (not on the first cell)
   std::vector<std::vector<Matrix<T>>> kept_;    // [m][l] outputs of layers 0..L_k-2, if kept
   std::vector<Matrix<T>> scratch_;              // [l] outputs for re-materialized micro-batches
+  std::vector<std::vector<Vector<T>>> saved_;   // [m][l] layers' saved state (kept micro-batches; last layer always)
+  std::vector<Vector<T>> saved_scratch_;        // [l] saved state for re-materialized micro-batches
   Matrix<T> logits_;                            // last cell: (capacity, classes)
   std::vector<Matrix<T>> logit_grads_;          // last cell: [m] dL/dlogits
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
