@@ -38,6 +38,7 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 
   // Activation and boundary buffers, each sized for the largest micro-batch.
   capacity_ = (options.max_batch + M - 1) / M;
+  for (auto& layer : layers_) layer->reserve(capacity_);
   in_features_ = layers_.front()->in_features();
   out_features_ = layers_.back()->out_features();
   const auto rows = capacity_;

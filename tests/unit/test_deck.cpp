@@ -77,12 +77,15 @@ TEST(Deck, SetOverridesValues) {
 TEST(DeckErrors, UnknownLayerType) {
   EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv7d}")),
             "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv7d' (expected one of: "
-            "dense, dropout, gelu, layer_norm, relu, tanh)");
+            "avgpool2d, conv2d, dense, dropout, flatten, gelu, global_avgpool, layer_norm, "
+            "maxpool2d, relu, tanh)");
 }
 
 TEST(DeckShapes, InputShapeListAndShapePass) {
-  const Deck d = parse_deck(replace(kDeck, "input: 4", "input: [4]"), "deck.yaml");
-  EXPECT_EQ(d.model.input, Shape{4});
+  const Deck d = parse_deck(
+      replace(replace(kDeck, "input: 4", "input: [1, 2, 2]"), "  layers:\n", "  layers:\n    - {type: flatten}\n"),
+      "deck.yaml");
+  EXPECT_EQ(d.model.input, (Shape{1, 2, 2}));
   EXPECT_EQ(d.model.input_features, 4);
   const auto shapes = model_shapes(parse_deck(kDeck, "deck.yaml").model);
   ASSERT_EQ(shapes.size(), 5u);

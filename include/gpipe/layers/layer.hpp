@@ -66,6 +66,11 @@ class Layer {
   }
   /// Writes deterministic initial values keyed by (seed, index(), element).
   virtual void initialize(std::uint64_t seed) { (void)seed; }
+  /// Allocates the layer's temporary workspace (e.g. im2col columns) for
+  /// micro-batches of up to `rows` samples. The cell calls it once, so steps
+  /// allocate nothing; a layer used outside a cell grows its workspace on
+  /// first use. The workspace holds nothing between forward() and backward().
+  virtual void reserve(std::int64_t rows) { (void)rows; }
 
   /// y = f(x). x: (n, in_features), y: (n, out_features), preallocated.
   /// saved: saved_size().elements(n) elements (extent 0 when none), written

@@ -1,0 +1,191 @@
+// conv2d: 2-D convolution (cross-correlation, as in every framework) over
+// images, lowered to one GEMM per micro-batch through im2col/col2im.
+//
+// Deck: {type: conv2d, filters: F, kernel: K, stride: 1, padding: valid, bias: true}
+//   padding: valid (0), same (K odd: (K-1)/2, output ceil(H/stride)), or an integer >= 0.
+// Input [C, H, W]; output [F, OH, OW], OH = (H + 2 pad - K) / stride + 1 (floor).
+// Parameters: "weight" (F, C*K*K) row-major (PyTorch's (F, C, K, K)), He
+// uniform with fan-in C*K*K; "bias" (1, F), zero (when bias: true).
+// forward:  cols = im2col(x) (n*P, C*K*K), P = OH*OW; pix = cols W^T (n*P, F)
+//           (one KokkosBlas::gemm); y(i, f*P + p) = pix(i*P + p, f) + b(f).
+// backward: dpix from dy (the same permutation); db += column sums of dpix
+//           (fixed order); dW += dpix^T cols; dcols = dpix W; dx = col2im(dcols).
+// FLOPs: 2 n P C K^2 F each for forward, dW and dx (dx skipped for the
+// model's first layer), plus n P F for the bias forward and again backward.
+// Workspace (reserve()): cols (n*P, C*K*K) and pix (n*P, F); no saved state.
+
+#include <KokkosBlas3_gemm.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "gpipe/core/rng.hpp"
+#include "gpipe/layers/layer.hpp"
+#include "im2col.hpp"
+
+namespace gpipe {
+
+namespace {
+
+struct Conv2dConfig : LayerConfig {
+  std::int64_t filters = 0, kernel = 0, stride = 1, padding = 0;
+  bool same = false, bias = true;
+};
+
+detail::Window2d window(const Conv2dConfig& c, const Shape& in) {
+  detail::Window2d g;
+  g.channels = in[0];
+  g.height = in[1];
+  g.width = in[2];
+  g.kernel_h = g.kernel_w = c.kernel;
+  g.stride_h = g.stride_w = c.stride;
+  g.pad_h = g.pad_w = c.padding;
+  return g;
+}
+
+template <class T>
+class Conv2d final : public Layer<T> {
+ public:
+  explicit Conv2d(const LayerShape& shape)
+      : Layer<T>(shape), config_(shape.spec.as<Conv2dConfig>()), g_(window(config_, shape.input)) {}
+
+  void bind(T* values, T* gradients) override {
+    const auto F = config_.filters, taps = g_.taps();
+    weight_ = Unmanaged(values, F, taps);
+    weight_grad_ = Unmanaged(gradients, F, taps);
+    if (config_.bias) {
+      bias_ = Flat(values + F * taps, F);
+      bias_grad_ = Flat(gradients + F * taps, F);
+    }
+  }
+
+  void initialize(std::uint64_t seed) override {
+    const auto F = config_.filters, taps = g_.taps();
+    const double a = std::sqrt(6.0 / double(taps));
+    const std::uint64_t layer = std::uint64_t(this->index());
+    auto w = weight_;
+    Kokkos::parallel_for(
+        "gpipe::Conv2d::initialize", Kokkos::RangePolicy<ExecSpace>(0, F * taps),
+        KOKKOS_LAMBDA(const std::int64_t e) {
+          const double u = rng::uniform01(rng::hash(seed, rng::kInit, layer, std::uint64_t(e)));
+          w(e / taps, e % taps) = T((2.0 * u - 1.0) * a);
+        });
+    if (config_.bias) Kokkos::deep_copy(bias_, T(0));
+  }
+
+  void reserve(std::int64_t rows) override {
+    const auto P = g_.pixels();
+    if (std::int64_t(cols_.extent(0)) >= rows * P) return;
+    cols_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::cols"),
+                    rows * P, g_.taps());
+    pix_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::pixels"),
+                   rows * P, config_.filters);
+  }
+
+  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+    const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
+    reserve(n);
+    const Unmanaged cols(cols_.data(), n * P, g_.taps()), pix(pix_.data(), n * P, F);
+    detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
+    KokkosBlas::gemm("N", "T", T(1), cols, weight_, T(0), pix);
+    const bool has_bias = config_.bias;
+    auto b = bias_;
+    Kokkos::parallel_for(
+        "gpipe::Conv2d::forward_output", Kokkos::RangePolicy<ExecSpace>(0, n * F * P),
+        KOKKOS_LAMBDA(const std::int64_t e) {
+          const std::int64_t i = e / (F * P), f = (e / P) % F, p = e % P;
+          y(i, f * P + p) = pix(i * P + p, f) + (has_bias ? b(f) : T(0));
+        });
+  }
+
+  void backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T>) override {
+    const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
+    reserve(n);
+    const Unmanaged cols(cols_.data(), n * P, g_.taps()), dpix(pix_.data(), n * P, F);
+    Kokkos::parallel_for(
+        "gpipe::Conv2d::backward_output", Kokkos::RangePolicy<ExecSpace>(0, n * F * P),
+        KOKKOS_LAMBDA(const std::int64_t e) {
+          const std::int64_t i = e / (F * P), f = (e / P) % F, p = e % P;
+          dpix(i * P + p, f) = dy(i, f * P + p);
+        });
+    if (config_.bias) {
+      auto db = bias_grad_;
+      Kokkos::parallel_for(
+          "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, F),
+          KOKKOS_LAMBDA(const std::int64_t f) {
+            T sum = T(0);
+            for (std::int64_t r = 0; r < n * P; ++r) sum += dpix(r, f);
+            db(f) += sum;
+          });
+    }
+    detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
+    KokkosBlas::gemm("T", "N", T(1), dpix, cols, T(1), weight_grad_);
+    if (dx.extent(0) == 0) return;
+    KokkosBlas::gemm("N", "N", T(1), dpix, weight_, T(0), cols);  // cols now holds dcols
+    detail::col2im<T>(g_, cols, dx, "gpipe::Conv2d::col2im");
+  }
+
+ private:
+  using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Managed = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
+  using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Conv2dConfig config_;
+  detail::Window2d g_;
+  Unmanaged weight_, weight_grad_;  // (F, C*K*K)
+  Flat bias_, bias_grad_;           // (F)
+  Managed cols_, pix_;              // workspace
+};
+
+LayerEntry conv2d_entry() {
+  LayerEntry e;
+  e.name = "conv2d";
+  e.keys = {"filters", "kernel", "stride", "padding", "bias"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<Conv2dConfig>();
+    c->filters = k.required_integer("filters", 1, "a positive integer");
+    c->kernel = k.required_integer("kernel", 1, "a positive integer");
+    c->stride = k.integer("stride", 1, 1, "a positive integer");
+    c->bias = k.flag("bias", true);
+    const std::string padding = k.text("padding", "valid", "same, valid or an integer >= 0");
+    if (padding == "same") {
+      if (c->kernel % 2 == 0)
+        k.fail("padding", fmt::format("same needs an odd kernel, got kernel {}", c->kernel));
+      c->same = true;
+      c->padding = (c->kernel - 1) / 2;
+    } else if (padding != "valid") {
+      c->padding = k.integer("padding", 0, 0, "same, valid or an integer >= 0");
+    }
+    return c;
+  };
+  e.output_shape = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const Conv2dConfig&>(base);
+    if (in.rank() != 3) throw ShapeMismatch("(channels, height, width)");
+    const auto g = window(c, in);
+    if (g.height + 2 * c.padding < c.kernel || g.width + 2 * c.padding < c.kernel)
+      throw ShapeMismatch(fmt::format("height and width of at least {} for kernel {} with padding {}",
+                                      c.kernel - 2 * c.padding, c.kernel, c.padding));
+    return Shape{c.filters, g.out_h(), g.out_w()};
+  };
+  e.parameters = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const Conv2dConfig&>(base);
+    std::vector<ParameterSpec> p{{"weight", c.filters, window(c, in).taps()}};
+    if (c.bias) p.push_back({"bias", 1, c.filters});
+    return p;
+  };
+  e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    const auto& c = static_cast<const Conv2dConfig&>(base);
+    const auto g = window(c, in);
+    const double gemm = 2.0 * double(batch) * double(g.pixels()) * double(g.taps()) * double(c.filters);
+    const double bias = c.bias ? 2.0 * double(batch) * double(g.pixels()) * double(c.filters) : 0.0;
+    return (input_gradient ? 3.0 : 2.0) * gemm + bias;
+  };
+  return with_factories<Conv2d>(e);
+}
+
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(conv2d) { return {conv2d_entry()}; }
+
+}  // namespace gpipe

@@ -1,0 +1,79 @@
+#pragma once
+// Internal: im2col / col2im for convolutions lowered to one GEMM per
+// micro-batch (Chellapilla et al. 2006; Caffe). Shared by conv2d and, with
+// height = kernel_h = stride_h = 1 and pad_h = 0, a future conv1d.
+//
+// Input x: (n, C*H*W) row-major, each sample NCHW. The column matrix has one
+// row per (sample, output pixel) and one column per (channel, kernel tap):
+//   cols(i*P + oh*OW + ow, (c*KH + a)*KW + b) = x(i, c, oh*SH - PH + a, ow*SW - PW + b)
+// (zero outside the image), P = OH*OW. With weights W (F, C*KH*KW),
+// cols W^T is the (n*P, F) output in pixel-major order.
+
+#include <cstdint>
+
+#include "gpipe/core/views.hpp"
+
+namespace gpipe::detail {
+
+/// Geometry of a 2-D window sweep (convolution or pooling).
+struct Window2d {
+  std::int64_t channels = 0, height = 0, width = 0;     // input, per sample
+  std::int64_t kernel_h = 1, kernel_w = 1;
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_h = 0, pad_w = 0;
+  std::int64_t out_h() const { return (height + 2 * pad_h - kernel_h) / stride_h + 1; }
+  std::int64_t out_w() const { return (width + 2 * pad_w - kernel_w) / stride_w + 1; }
+  std::int64_t pixels() const { return out_h() * out_w(); }
+  std::int64_t taps() const { return channels * kernel_h * kernel_w; }
+};
+
+
+/// cols (n*P, C*KH*KW) from x (n, C*H*W).
+template <class T, class X, class Cols>
+void im2col(const Window2d& g, const X& x, const Cols& cols, const char* label) {
+  const std::int64_t n = std::int64_t(x.extent(0));
+  const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  Kokkos::parallel_for(
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n * P, taps}),
+      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t k) {
+        const std::int64_t i = row / P, p = row % P;
+        const std::int64_t oh = p / OW, ow = p % OW;
+        const std::int64_t c = k / (KH * KW), r = k % (KH * KW);
+        const std::int64_t h = oh * SH - PH + r / KW, w = ow * SW - PW + r % KW;
+        cols(row, k) = (h >= 0 && h < H && w >= 0 && w < W) ? x(i, (c * H + h) * W + w) : T(0);
+      });
+}
+
+/// dx (n, C*H*W) = the sum, over every column entry that read input element
+/// (i, c, h, w), of dcols at that entry. A gather: each dx element sums its
+/// taps in a fixed order (a, b ascending), so results are bitwise
+/// reproducible on every backend, with no atomics.
+template <class T, class DCols, class DX>
+void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+  const std::int64_t n = std::int64_t(dx.extent(0));
+  const std::int64_t P = g.pixels(), OH = g.out_h(), OW = g.out_w();
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  const std::int64_t features = g.channels * H * W;
+  Kokkos::parallel_for(
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, features}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
+        const std::int64_t c = e / (H * W), hw = e % (H * W);
+        const std::int64_t h = hw / W, w = hw % W;
+        T sum = T(0);
+        for (std::int64_t a = 0; a < KH; ++a) {
+          const std::int64_t th = h + PH - a;  // = oh * SH
+          if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
+          for (std::int64_t b = 0; b < KW; ++b) {
+            const std::int64_t tw = w + PW - b;
+            if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
+            sum += dcols(i * P + (th / SH) * OW + tw / SW, (c * KH + a) * KW + b);
+          }
+        }
+        dx(i, e) = sum;
+      });
+}
+
+}  // namespace gpipe::detail

@@ -1,0 +1,190 @@
+// Pooling over images [C, H, W] (no padding; windows that do not fit are
+// dropped, as PyTorch and Keras 'valid' do):
+//   {type: maxpool2d, size: S, stride: S}   output [C, OH, OW], OH = (H - S) / stride + 1
+//   {type: avgpool2d, size: S, stride: S}   (stride defaults to size)
+//   {type: global_avgpool}                  output [C]: the mean over H x W
+// maxpool2d saves, per output element, the position of its maximum in the
+// window (a*S + b, the first maximum in row-major order) for backward:
+// C*OH*OW values per sample. Backward gathers: each input element sums the
+// gradients of the windows that chose it (or, for averages, that cover it)
+// in a fixed order, so results are bitwise reproducible with no atomics.
+// FLOPs: S^2 per output element forward and again backward (C*H*W for
+// global_avgpool); backward is skipped for the model's first layer.
+
+#include <fmt/format.h>
+
+#include "gpipe/layers/layer.hpp"
+#include "im2col.hpp"
+
+namespace gpipe {
+
+namespace {
+
+struct PoolConfig : LayerConfig {
+  std::int64_t size = 0, stride = 0;
+};
+
+detail::Window2d window(const PoolConfig& c, const Shape& in) {
+  detail::Window2d g;
+  g.channels = in[0];
+  g.height = in[1];
+  g.width = in[2];
+  g.kernel_h = g.kernel_w = c.size;
+  g.stride_h = g.stride_w = c.stride;
+  return g;
+}
+
+template <class T, bool Max>
+class Pool2d final : public Layer<T> {
+ public:
+  explicit Pool2d(const LayerShape& shape)
+      : Layer<T>(shape), g_(window(shape.spec.as<PoolConfig>(), shape.input)) {}
+
+  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
+    const std::int64_t n = std::int64_t(x.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
+    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), S = g_.kernel_h, ST = g_.stride_h;
+    Kokkos::parallel_for(
+        Max ? "gpipe::MaxPool2d::forward" : "gpipe::AvgPool2d::forward",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * OH * OW}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t o) {
+          const std::int64_t c = o / (OH * OW), oh = (o / OW) % OH, ow = o % OW;
+          const std::int64_t base = (c * H + oh * ST) * W + ow * ST;
+          if (Max) {
+            T best = x(i, base);
+            std::int64_t arg = 0;
+            for (std::int64_t a = 0; a < S; ++a)
+              for (std::int64_t b = 0; b < S; ++b) {
+                const T v = x(i, base + a * W + b);
+                if (v > best) {
+                  best = v;
+                  arg = a * S + b;
+                }
+              }
+            y(i, o) = best;
+            saved(i * C * OH * OW + o) = T(arg);
+          } else {
+            T sum = T(0);
+            for (std::int64_t a = 0; a < S; ++a)
+              for (std::int64_t b = 0; b < S; ++b) sum += x(i, base + a * W + b);
+            y(i, o) = sum / T(S * S);
+          }
+        });
+  }
+
+  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T> saved) override {
+    if (dx.extent(0) == 0) return;
+    const std::int64_t n = std::int64_t(dx.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
+    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), S = g_.kernel_h, ST = g_.stride_h;
+    Kokkos::parallel_for(
+        Max ? "gpipe::MaxPool2d::backward" : "gpipe::AvgPool2d::backward",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * H * W}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
+          const std::int64_t c = e / (H * W), h = (e / W) % H, w = e % W;
+          T sum = T(0);
+          for (std::int64_t a = 0; a < S; ++a) {
+            const std::int64_t th = h - a;  // = oh * ST
+            if (th < 0 || th % ST != 0 || th / ST >= OH) continue;
+            for (std::int64_t b = 0; b < S; ++b) {
+              const std::int64_t tw = w - b;
+              if (tw < 0 || tw % ST != 0 || tw / ST >= OW) continue;
+              const std::int64_t o = (c * OH + th / ST) * OW + tw / ST;
+              if (!Max) sum += dy(i, o);
+              else if (std::int64_t(saved(i * C * OH * OW + o)) == a * S + b) sum += dy(i, o);
+            }
+          }
+          dx(i, e) = Max ? sum : sum / T(S * S);
+        });
+  }
+
+ private:
+  detail::Window2d g_;
+};
+
+template <class T>
+using MaxPool2d = Pool2d<T, true>;
+template <class T>
+using AvgPool2d = Pool2d<T, false>;
+
+template <class T>
+class GlobalAvgPool final : public Layer<T> {
+ public:
+  explicit GlobalAvgPool(const LayerShape& shape) : Layer<T>(shape) {}
+
+  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+    const std::int64_t n = std::int64_t(x.extent(0)), C = this->input_shape()[0];
+    const std::int64_t HW = this->in_features() / C;
+    Kokkos::parallel_for(
+        "gpipe::GlobalAvgPool::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t c) {
+          T sum = T(0);
+          for (std::int64_t p = 0; p < HW; ++p) sum += x(i, c * HW + p);
+          y(i, c) = sum / T(HW);
+        });
+  }
+
+  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T>) override {
+    if (dx.extent(0) == 0) return;
+    const std::int64_t n = std::int64_t(dx.extent(0)), C = this->input_shape()[0];
+    const std::int64_t HW = this->in_features() / C;
+    Kokkos::parallel_for(
+        "gpipe::GlobalAvgPool::backward",
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * HW}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { dx(i, e) = dy(i, e / HW) / T(HW); });
+  }
+};
+
+Shape image_input(const Shape& in) {
+  if (in.rank() != 3) throw ShapeMismatch("(channels, height, width)");
+  return in;
+}
+
+LayerEntry pool_entry(const char* name, bool max) {
+  LayerEntry e;
+  e.name = name;
+  e.keys = {"size", "stride"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<PoolConfig>();
+    c->size = k.required_integer("size", 1, "a positive integer");
+    c->stride = k.integer("stride", c->size, 1, "a positive integer");
+    return c;
+  };
+  e.output_shape = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const PoolConfig&>(base);
+    image_input(in);
+    if (in[1] < c.size || in[2] < c.size)
+      throw ShapeMismatch(fmt::format("height and width of at least {} for size {}", c.size, c.size));
+    const auto g = window(c, in);
+    return Shape{in[0], g.out_h(), g.out_w()};
+  };
+  if (max)
+    e.saved = [](const LayerConfig& base, const Shape& in) {
+      return SavedSize{window(static_cast<const PoolConfig&>(base), in).pixels() * in[0], 0};
+    };
+  e.flops = [](const LayerConfig& base, const Shape& in, const Shape& out, std::int64_t batch,
+               bool input_gradient) {
+    const auto& c = static_cast<const PoolConfig&>(base);
+    return (input_gradient ? 2.0 : 1.0) * double(batch) * double(out.size()) * double(c.size * c.size);
+  };
+  return max ? with_factories<MaxPool2d>(e) : with_factories<AvgPool2d>(e);
+}
+
+LayerEntry global_avgpool_entry() {
+  LayerEntry e;
+  e.name = "global_avgpool";
+  e.output_shape = [](const LayerConfig&, const Shape& in) { return Shape{image_input(in)[0]}; };
+  e.flops = [](const LayerConfig&, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    return (input_gradient ? 2.0 : 1.0) * double(batch) * double(in.size());
+  };
+  return with_factories<GlobalAvgPool>(e);
+}
+
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(pooling) {
+  return {pool_entry("maxpool2d", true), pool_entry("avgpool2d", false), global_avgpool_entry()};
+}
+
+}  // namespace gpipe
