@@ -76,11 +76,20 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                      const std::vector<std::int64_t>& bytes, const gpipe::Dataset& train,
                      const gpipe::Dataset& test) {
   const auto& p = pipeline.partition();
-  const int K = p.cells(), M = deck.training.micro_batches;
-  fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
-             "micro-batches, re-materialization {}\n",
-             K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
-             gpipe::to_string(deck.pipeline.remat));
+  const int K = p.cells(), M = deck.training.micro_batches, D = pipeline.grid().replicas;
+  if (D == 1)
+    fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
+               "micro-batches, re-materialization {}\n",
+               K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
+               gpipe::to_string(deck.pipeline.remat));
+  else
+    fmt::print("gpipe-train: {} ranks = {} replicas (D) x {} cells (K), {} layers, precision {}, "
+               "mini-batch {} in {} shards of {} micro-batches, re-materialization {}\n"
+               "  grid: {}; gradient reduction {} in {} KiB buckets\n",
+               D * K, D, K, deck.model.layers.size(), deck.precision, deck.training.batch_size, D, M,
+               gpipe::to_string(deck.pipeline.remat), pipeline.grid().describe(),
+               deck.parallel.deterministic_reduction ? "deterministic (replica order)" : "MPI_Iallreduce",
+               deck.parallel.bucket_kib);
   const auto costs = p.cell_costs(pipeline.costs());
   const auto shapes = gpipe::model_shapes(deck.model);
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
@@ -117,7 +126,13 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["version"] = GPIPE_VERSION_STRING;
   j["build"] = gpipe::build_description();
   j["deck"] = deck.path;
-  j["ranks"] = K;
+  const auto& grid = pipeline.grid();
+  j["ranks"] = grid.ranks();
+  j["replicas"] = grid.replicas;
+  j["cells"] = K;
+  j["placement"] = gpipe::to_string(grid.placement);
+  j["layout"] = grid.layout();
+  j["deterministic_reduction"] = deck.parallel.deterministic_reduction;
   j["precision"] = deck.precision;
   j["epochs"] = deck.training.epochs;
   j["batch_size"] = deck.training.batch_size;
@@ -129,6 +144,11 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   if (!deck.trace.file.empty()) {
     j["bubble_fraction_measured"] = trace.measured_bubble();
     j["trace"] = deck.trace.file;
+    const auto c = trace.communication();
+    j["communication"] = {{"pipeline_seconds_per_step", c.pipeline_seconds},
+                          {"data_parallel_seconds_per_step", c.data_parallel_seconds},
+                          {"allreduce_seconds_per_step", c.allreduce_seconds},
+                          {"allreduce_overlap_fraction", c.overlap_fraction}};
   }
   j["activation_bytes_per_cell"] = bytes;
   j["test_accuracy"] = r.test.accuracy;
@@ -152,12 +172,14 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
 
 template <class T>
 int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
-  const bool root = rank == 0, first = rank == 0, last = rank == ranks - 1;
+  const bool root = rank == 0;
   std::unique_ptr<gpipe::Pipeline<T>> pipeline;
   gpipe::Dataset train_set, test_set;
   // Set-up, in two agreed phases: the partition and the data; then a restart.
   const bool ready = on_all_ranks([&] {
     pipeline = std::make_unique<gpipe::Pipeline<T>>(deck, MPI_COMM_WORLD);
+    // The first cell of every replica reads the inputs, the last its labels.
+    const bool first = pipeline->cell().is_first(), last = pipeline->cell().is_last();
     std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first);
     if (first && train_set.features != deck.model.input_features)
       throw gpipe::InputError(fmt::format("{}: samples have {} features but model.input is {}",
@@ -197,11 +219,14 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (root && !deck.trace.file.empty()) {
     gpipe::TraceHeader header;
     header.ranks = ranks;
+    header.replicas = pipeline->grid().replicas;
+    header.cells = pipeline->grid().cells;
+    header.placement = gpipe::to_string(pipeline->grid().placement);
     header.micro_batches = deck.training.micro_batches;
     header.batch_size = deck.training.batch_size;
     header.remat = gpipe::to_string(deck.pipeline.remat);
     header.deck = deck.path;
-    header.bubble_fraction_analytical = gpipe::bubble_fraction(ranks, header.micro_batches);
+    header.bubble_fraction_analytical = gpipe::bubble_fraction(header.cells, header.micro_batches);
     gpipe::write_trace_file(deck.trace.file, header, trace);
     fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
                trace.measured_bubble(), header.bubble_fraction_analytical);

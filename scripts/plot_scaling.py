@@ -91,7 +91,7 @@ def load_runs(out_dir):
         missing = [k for k in REQUIRED if k not in s]
         if missing:
             die(f"{path}: missing key(s) {', '.join(missing)}")
-        K, M = int(s["ranks"]), int(s["micro_batches"])
+        K, M = int(s.get("cells", s["ranks"])), int(s["micro_batches"])
         if (K, M) in runs:
             die(f"{path}: K={K} M={M} again (also in {runs[K, M]['path']})")
         bubble = s.get("bubble_fraction_measured")

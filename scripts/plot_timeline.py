@@ -30,7 +30,7 @@ except ImportError as e:
              "python3-matplotlib; if python3 is another interpreter, run /usr/bin/python3 " + sys.argv[0] + ")")
 
 DEFAULT_KINDS = {"forward": 0, "backward": 1, "recompute": 2, "send": 3, "receive": 4, "wait": 5,
-                 "optimizer": 6}
+                 "optimizer": 6, "allreduce": 7, "reduce_wait": 8}
 EVENT_FIELDS = ("step", "kind", "micro_batch", "start", "end")
 STEP_FIELDS = ("step", "start", "end", "step_time", "idle_time")
 BOXES = {  # kind: (color, label prefix)

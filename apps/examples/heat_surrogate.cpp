@@ -8,7 +8,10 @@
 // classifier). After training, the surrogate's error on held-out states from
 // episodes it never saw is reported.
 //
-//   mpirun -n 2 build/apps/examples/heat_surrogate [--steps 300] [--max-error 0.2]
+//   mpirun -n 2 build/apps/examples/heat_surrogate [--steps 300] [--max-error 0.2] [--cells K]
+//
+// --cells K makes D = ranks / K data-parallel replicas of a K-cell pipeline
+// (default: one pipeline over all ranks); `--cells 1` on 2 ranks is 2 x 1.
 //
 // Every rank runs the same seeded solver, so all ranks hold the same batch, as
 // the collective gpipe calls require (only the first cell reads the inputs and
@@ -94,16 +97,21 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int steps = 300;
   double max_error = 1.0;
+  std::string deck = kDeck;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--max-error") == 0) max_error = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--cells") == 0) deck += std::string("parallel: {cells: ") + argv[i + 1] + "}\n";
   }
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   check(gpipe_initialize(&argc, &argv), "gpipe_initialize");
   gpipe_trainer* surrogate = nullptr;
-  check(gpipe_create_from_string(kDeck, MPI_COMM_WORLD, &surrogate), "gpipe_create_from_string");
+  check(gpipe_create_from_string(deck.c_str(), MPI_COMM_WORLD, &surrogate), "gpipe_create_from_string");
+  int replicas = 1, cells = 1;
+  check(gpipe_layout(surrogate, &replicas, &cells, nullptr, nullptr), "gpipe_layout");
+  if (rank == 0) std::printf("heat_surrogate: %d replicas x %d cells\n", replicas, cells);
 
   std::mt19937_64 solver(2024);
   for (int step = 1; step <= steps; ++step) {

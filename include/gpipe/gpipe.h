@@ -35,7 +35,9 @@ typedef enum gpipe_status {
   GPIPE_ERROR_RUNTIME = 4        /* a failure while running (MPI, HDF5, ...) */
 } gpipe_status;
 
-/* Opaque trainer: one pipeline cell per rank of its communicator. */
+/* Opaque trainer: one pipeline cell per rank of its communicator; with the
+ * deck's parallel.cells = K < ranks, D = ranks / K data-parallel replicas of a
+ * K-cell pipeline (docs/design.md). */
 typedef struct gpipe_trainer gpipe_trainer;
 
 /* Message of the last failure on this thread ("" if none). */
@@ -66,7 +68,9 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
 
 /* One synchronous training step (all micro-batches, one optimizer update) on
  * n samples: inputs (n, input_features) float32, labels (n) int32 in
- * [0, classes). 1 <= n <= max_batch, n >= the deck's micro_batches.
+ * [0, classes). n <= max_batch, n >= D x the deck's micro_batches (D = 1
+ * unless the deck's parallel section makes replicas; the global batch is
+ * split into D shards). Every rank passes the same n and samples.
  * *mean_loss (may be NULL) receives the mean loss, on every rank. Collective. */
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss);
@@ -79,6 +83,12 @@ gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t 
  * (count values, as double) on every rank. Collective. */
 gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count);
 gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_t count);
+
+/* The trainer's rank grid (the deck's parallel section): D replicas of a
+ * K-cell pipeline on D x K ranks, and this rank's replica and cell index.
+ * Any pointer may be NULL. */
+gpipe_status gpipe_layout(const gpipe_trainer* trainer, int* replicas, int* cells, int* replica,
+                          int* cell);
 
 /* Sets the run's total number of training steps, the horizon of the
  * learning-rate schedule: the rate of step s is a function of s and this

@@ -130,9 +130,12 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_train_step: trainer, inputs and labels must not be NULL");
   return guarded([&] {
     const auto& d = trainer->deck;
-    if (n < d.training.micro_batches || n > d.training.batch_size)
+    const int replicas = std::visit([](const auto& t) { return t->grid().replicas; }, trainer->impl);
+    const std::int64_t least = std::int64_t(replicas) * d.training.micro_batches;
+    if (n < least || n > d.training.batch_size)
       return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: n = " + std::to_string(n) + " samples, expected " +
-                                         std::to_string(d.training.micro_batches) + " (micro_batches) to " +
+                                         std::to_string(least) +
+                                         (replicas > 1 ? " (replicas x micro_batches) to " : " (micro_batches) to ") +
                                          std::to_string(d.training.batch_size) + " (batch_size)");
     const std::int64_t classes = d.model.classes();
     for (int64_t i = 0; i < n; ++i)
@@ -197,6 +200,22 @@ gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_
         },
         trainer->impl);
     return status;
+  });
+}
+
+gpipe_status gpipe_layout(const gpipe_trainer* trainer, int* replicas, int* cells, int* replica,
+                          int* cell) {
+  if (!trainer) return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_layout: trainer is NULL");
+  return guarded([&] {
+    std::visit(
+        [&](const auto& t) {
+          if (replicas) *replicas = t->grid().replicas;
+          if (cells) *cells = t->grid().cells;
+          if (replica) *replica = t->replica();
+          if (cell) *cell = t->cell().rank();
+        },
+        trainer->impl);
+    return GPIPE_OK;
   });
 }
 

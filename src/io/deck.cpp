@@ -18,8 +18,8 @@ namespace {
 // Schema: the keys each section accepts. Scalars listed here are settable.
 const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline", "checkpoint",
-            "trace"}},
+      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline", "parallel",
+            "checkpoint", "trace"}},
       {"model", {"input", "layers"}},
       {"data",
        {"format", "train_images", "train_labels", "test_images", "test_labels", "train_file",
@@ -28,6 +28,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
       {"pipeline", {"balance", "remat"}},
+      {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
       {"trace", {"file", "every"}},
   };
@@ -313,6 +314,22 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.pipeline.remat =
       parse_remat(p.get<std::string>("remat", "never", "never, always or except_last"),
                   p.has("remat") ? p.where(p.raw("remat")) + ": pipeline.remat" : "pipeline.remat");
+
+  const Section par = section(root, "parallel", name, false);
+  deck.parallel.cells = par.get<int>("cells", 0, "a non-negative integer (0 = all ranks)");
+  if (deck.parallel.cells < 0)
+    throw InputError(fmt::format("{}: parallel.cells: expected a non-negative integer (0 = all "
+                                 "ranks), got {}",
+                                 par.where(par.raw("cells")), deck.parallel.cells));
+  deck.parallel.placement = par.get<std::string>("placement", "replica", "replica or pipeline");
+  if (deck.parallel.placement != "replica" && deck.parallel.placement != "pipeline")
+    throw InputError(fmt::format("{}: parallel.placement: unknown placement '{}' (expected "
+                                 "replica or pipeline)",
+                                 par.where(par.raw("placement")), deck.parallel.placement));
+  deck.parallel.deterministic_reduction =
+      par.get<bool>("deterministic_reduction", false, "true or false");
+  deck.parallel.bucket_kib = par.get<std::int64_t>("bucket_kib", 256, "a positive integer");
+  positive(deck.parallel.bucket_kib > 0, par, "bucket_kib", deck.parallel.bucket_kib);
 
   const Section c = section(root, "checkpoint", name, false);
   deck.checkpoint.directory = c.get<std::string>("directory", "", "a directory path");

@@ -1,5 +1,7 @@
 #include "gpipe/io/trace_file.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -38,8 +40,9 @@ std::vector<std::vector<Record>> gather_records(const std::vector<Record>& mine,
 
 h5::Handle event_type() {
   h5::Handle kind = h5::datatype(H5Tenum_create(H5T_NATIVE_INT8));
-  const char* names[] = {"forward", "backward", "recompute", "send", "receive", "wait", "optimizer"};
-  for (std::int8_t v = 0; v < 7; ++v) H5Tenum_insert(kind.get(), names[v], &v);
+  const char* names[] = {"forward", "backward", "recompute", "send",       "receive",
+                         "wait",    "optimizer", "allreduce", "reduce_wait"};
+  for (std::int8_t v = 0; v < 9; ++v) H5Tenum_insert(kind.get(), names[v], &v);
   h5::Handle t = h5::datatype(H5Tcreate(H5T_COMPOUND, sizeof(TraceEvent)));
   H5Tinsert(t.get(), "step", HOFFSET(TraceEvent, step), H5T_NATIVE_INT64);
   H5Tinsert(t.get(), "kind", HOFFSET(TraceEvent, kind), kind.get());
@@ -86,6 +89,45 @@ double GatheredTrace::measured_bubble() const {
   return count ? sum / double(count) : 0.0;
 }
 
+GatheredTrace::Communication GatheredTrace::communication() const {
+  Communication c;
+  std::size_t rank_steps = 0, reducing = 0;
+  double hidden = 0;
+  for (std::size_t r = 0; r < steps.size(); ++r)
+    for (const auto& s : steps[r]) {
+      ++rank_steps;
+      double p2p = 0, wait = 0, first = 0, last = 0;
+      bool any = false;
+      for (const auto& e : events[r]) {
+        if (e.step != s.step) continue;
+        const auto kind = EventKind(e.kind);
+        if (kind == EventKind::Send || kind == EventKind::Receive) p2p += e.end - e.start;
+        if (kind == EventKind::ReduceWait) wait += e.end - e.start;
+        if (kind == EventKind::AllReduce) {
+          first = any ? std::min(first, e.start) : e.start;
+          last = any ? std::max(last, e.end) : e.end;
+          any = true;
+        }
+      }
+      c.pipeline_seconds += p2p;
+      c.data_parallel_seconds += wait;
+      if (any) {
+        ++reducing;
+        c.allreduce_seconds += last - first;
+        if (last > first) hidden += std::clamp(1.0 - wait / (last - first), 0.0, 1.0);
+      }
+    }
+  if (rank_steps) {
+    c.pipeline_seconds /= double(rank_steps);
+    c.data_parallel_seconds /= double(rank_steps);
+  }
+  if (reducing) {
+    c.allreduce_seconds /= double(reducing);
+    c.overlap_fraction = hidden / double(reducing);
+  }
+  return c;
+}
+
 GatheredTrace gather_trace(const Tracer& tracer, MPI_Comm comm) {
   GatheredTrace t;
   t.events = gather_records(tracer.events(), comm);
@@ -105,6 +147,9 @@ void write_trace_file(const std::string& path, const TraceHeader& header, const 
     const hid_t root = file.get();
     h5::write_attribute(root, "format_version", 1LL);
     h5::write_attribute(root, "ranks", (long long)header.ranks);
+    h5::write_attribute(root, "replicas", (long long)header.replicas);
+    h5::write_attribute(root, "cells", (long long)header.cells);
+    h5::write_attribute(root, "placement", header.placement);
     h5::write_attribute(root, "micro_batches", (long long)header.micro_batches);
     h5::write_attribute(root, "batch_size", (long long)header.batch_size);
     h5::write_attribute(root, "remat", header.remat);

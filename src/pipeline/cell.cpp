@@ -70,6 +70,8 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   }
   train_schedule_ = fill_drain(cells(), M, options.remat);
   const Schedule& schedule = train_schedule_;
+  for (const Op& op : schedule.ops[size_t(rank())])
+    if (op.kind == OpKind::Backward) last_backward_ = op.micro_batch;
   kept_.resize(size_t(M));
   bool any_rematerialized = false;
   for (int m = 0; m < M; ++m) {
@@ -121,6 +123,13 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 }
 
 template <class T>
+std::vector<std::int64_t> Cell<T>::parameter_offsets() const {
+  std::vector<std::int64_t> out{0};
+  for (const auto& layer : layers_) out.push_back(out.back() + layer->parameter_count());
+  return out;
+}
+
+template <class T>
 void Cell<T>::zero_gradients() {
   Kokkos::deep_copy(grads_, T(0));
 }
@@ -153,7 +162,8 @@ SavedView<T> Cell<T>::layer_saved(int m, int layer) const {
 
 template <class T>
 void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
-  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, training, !whole_cell};
+  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, training,
+                        !whole_cell};
   const auto& mb = split_[size_t(m)];
   if (!is_first() && whole_cell) {
     const Tracer::Scope wait(tracer_, EventKind::Wait, m);
@@ -175,8 +185,9 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
       auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
       const Matrix<T> dlogits =
           training ? Matrix<T>(logit_grads_[size_t(m)].data(), mb.size, out_features_) : Matrix<T>();
+      const std::int64_t N = placement_.global_size > 0 ? placement_.global_size : batch_size_;
       const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
-                                        T(1.0 / double(batch_size_)), dlogits);
+                                        T(1.0 / double(N)), dlogits);
       sums.loss += s.loss;
       sums.correct += s.correct;
       return;
@@ -188,7 +199,8 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
 
 template <class T>
 void Cell<T>::backward(int m) {
-  const PassContext ctx{options_.seed, step_, split_[size_t(m)].offset, true};
+  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
+  const bool final_gradients = training_ && m == last_backward_ && gradient_ready_;
   const auto n = split_[size_t(m)].size;
   ConstMatrix<T> dy;
   if (is_last()) {
@@ -210,6 +222,7 @@ void Cell<T>::backward(int m) {
         dx = input_grads_[size_t(m)].rows(n);
       }
       layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+      if (final_gradients) gradient_ready_(l);
       dy = dx;
     }
   }
@@ -275,10 +288,19 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
 
 template <class T>
 LossSums Cell<T>::train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
-                             std::uint64_t step) {
+                             std::uint64_t step, const BatchPlacement& placement) {
   require(n >= options_.micro_batches,
           fmt::format("a training batch of {} samples cannot be split into {} micro-batches", n,
                       options_.micro_batches));
+  placement_ = placement;
+  training_ = true;
+  struct Reset {
+    Cell& cell;
+    ~Reset() {
+      cell.placement_ = BatchPlacement{};
+      cell.training_ = false;
+    }
+  } reset{*this};
   return run(train_schedule_, inputs, labels, n, step, true);
 }
 

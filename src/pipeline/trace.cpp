@@ -27,7 +27,9 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
     const double d = e.end - e.start;
     switch (EventKind(e.kind)) {
       case EventKind::Send:
-      case EventKind::Receive: s.comm_time += d; break;
+      case EventKind::Receive:
+      case EventKind::ReduceWait: s.comm_time += d; break;
+      case EventKind::AllReduce: break;  // overlaps the events above
       case EventKind::Wait: s.idle_time += d; break;
       default: s.compute_time += d; break;
     }
@@ -37,9 +39,14 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
   recording_ = false;
 }
 
+void Tracer::record(EventKind kind, int micro_batch, double start, double end, std::int64_t bytes) {
+  if (recording_) events_.push_back({step_, std::int8_t(kind), micro_batch, start, end, bytes});
+}
+
 const char* region_name(EventKind kind) {
   static const char* names[] = {"gpipe::forward", "gpipe::backward", "gpipe::recompute", "gpipe::send",
-                                "gpipe::receive", "gpipe::wait",     "gpipe::optimizer"};
+                                "gpipe::receive", "gpipe::wait",     "gpipe::optimizer",
+                                "gpipe::allreduce", "gpipe::reduce_wait"};
   return names[int(kind)];
 }
 

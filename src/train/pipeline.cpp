@@ -8,11 +8,22 @@
 
 namespace gpipe {
 
+namespace {
+// The grid of `deck` on the ranks of `comm`, validated before any communication.
+GridShape checked_grid(const Deck& deck, MPI_Comm comm) {
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  return grid_shape(deck, ranks);
+}
+}  // namespace
+
 template <class T>
-Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm) {
-  const int K = comm_.size(), M = deck.training.micro_batches;
+Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
+    : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
+  const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
-  const std::int64_t micro = (deck.training.batch_size + M - 1) / M;
+  const std::int64_t shard = (deck.training.batch_size + D - 1) / D;  // the largest shard
+  const std::int64_t micro = (shard + M - 1) / M;
   if (deck.pipeline.balance == "explicit") {
     partition_ = explicit_partition(deck.pipeline.counts, L, K);
     costs_ = layer_costs<T>(deck.model, "flops", micro, comm_.get());
@@ -22,22 +33,29 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm) : deck_(deck), comm_(comm
     partition_ = balance_min_max(costs_, K);
   }
   CellOptions options;
-  options.max_batch = deck.training.batch_size;
+  options.max_batch = shard;
   options.micro_batches = M;
   options.remat = deck.pipeline.remat;
   options.seed = deck.seed;
-  cell_ = std::make_unique<Cell<T>>(deck.model, partition_, comm_.get(), options);
+  cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
   MPI_Barrier(comm_.get());
   tracer_ = Tracer(MPI_Wtime());
   cell_->set_tracer(&tracer_);
+  if (D > 1) {
+    reducer_ = std::make_unique<GradientReducer<T>>(
+        grid_.replica_group(), cell_->gradients(), cell_->parameter_offsets(),
+        deck.parallel.bucket_kib * 1024, deck.parallel.deterministic_reduction);
+    reducer_->set_tracer(&tracer_);
+    GradientReducer<T>* reducer = reducer_.get();
+    cell_->set_gradient_ready([reducer](int layer) { reducer->layer_ready(layer); });
+  }
   if (cell_->is_first()) {
-    batch_inputs_ = Matrix<T>("gpipe::Pipeline::batch_inputs", deck.training.batch_size,
-                              deck.model.input_features);
+    batch_inputs_ = Matrix<T>("gpipe::Pipeline::batch_inputs", shard, deck.model.input_features);
     batch_inputs_host_ = Kokkos::create_mirror_view(batch_inputs_);
   }
   if (cell_->is_last()) {
-    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", deck.training.batch_size);
+    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard);
     batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
   }
 }
@@ -46,7 +64,7 @@ template <class T>
 std::int64_t Pipeline<T>::steps_per_epoch(std::int64_t samples) const {
   const auto N = deck_.training.batch_size;
   const auto full = samples / N, rest = samples % N;
-  return full + (rest >= deck_.training.micro_batches ? 1 : 0);
+  return full + (rest >= std::int64_t(shape_.replicas) * deck_.training.micro_batches ? 1 : 0);
 }
 
 template <class T>
@@ -60,47 +78,75 @@ double Pipeline<T>::next_learning_rate() const {
 
 template <class T>
 double Pipeline<T>::from_last(double value) const {
-  MPI_Bcast(&value, 1, MPI_DOUBLE, comm_.size() - 1, comm_.get());
+  MPI_Bcast(&value, 1, MPI_DOUBLE, shape_.rank_of(0, shape_.cells - 1), comm_.get());
   return value;
 }
 
 template <class T>
-void Pipeline<T>::stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
-                              const std::int64_t* order, std::int64_t n) {
+LossSums Pipeline<T>::sum_over_replicas(LossSums sums) const {
+  if (shape_.replicas == 1 || !cell_->is_last()) return sums;
+  double loss = sums.loss;
+  std::int64_t correct = sums.correct;
+  MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid_.replica_group());
+  MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_INT64_T, MPI_SUM, grid_.replica_group());
+  return {loss, correct};
+}
+
+template <class T>
+void Pipeline<T>::agree(const std::string& error, const std::string& what) const {
+  int local = error.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, comm_.get());
+  if (!any) return;
+  throw InputError(!error.empty() ? error : fmt::format("{}: failed on another rank", what));
+}
+
+template <class T>
+MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
+                                    const std::int32_t* labels, const std::int64_t* order,
+                                    std::int64_t n) {
   require(n >= 1 && n <= deck_.training.batch_size,
           fmt::format("a batch of {} samples: expected 1 to training.batch_size = {}", n,
                       deck_.training.batch_size));
+  const MicroBatch shard = shard_of(n, shape_.replicas, grid_.replica());
+  auto row = [&](std::int64_t i) { return order ? order[shard.offset + i] : shard.offset + i; };
   if (cell_->is_first()) {
     const auto f = features;
     require(f == deck_.model.input_features,
             fmt::format("samples have {} features but model.input is {}", f, deck_.model.input_features));
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* row = inputs + (order ? order[i] : i) * f;
-      for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(row[j]);
+    for (std::int64_t i = 0; i < shard.size; ++i) {
+      const float* x = inputs + row(i) * f;
+      for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(x[j]);
     }
     Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
   }
   if (cell_->is_last() && labels) {
-    for (std::int64_t i = 0; i < n; ++i) batch_labels_host_(i) = labels[order ? order[i] : i];
+    for (std::int64_t i = 0; i < shard.size; ++i) batch_labels_host_(i) = labels[row(i)];
     Kokkos::deep_copy(batch_labels_, batch_labels_host_);
   }
+  return shard;
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                            std::int64_t begin, std::int64_t n) {
-  stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
-  return step_staged(n);
+  const MicroBatch shard =
+      stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+  return step_staged(n, shard);
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
-  stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
-  return step_staged(n);
+  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
+  return step_staged(n, shard);
 }
 
 template <class T>
-LossSums Pipeline<T>::step_staged(std::int64_t n) {
+LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
+  const int D = shape_.replicas, M = deck_.training.micro_batches;
+  if (D > 1)
+    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard needs "
+                                    "at least training.micro_batches = {} samples (n >= {})",
+                                    n, D, M, std::int64_t(D) * M));
   const double lr = next_learning_rate();
   const bool record = !deck_.trace.file.empty() && steps_done_ % deck_.trace.every == 0;
   tracer_.begin_step(steps_done_, record);
@@ -108,30 +154,51 @@ LossSums Pipeline<T>::step_staged(std::int64_t n) {
     const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);
     cell_->zero_gradients();
   }
-  const LossSums sums = cell_->train_step(batch_inputs_, batch_labels_, n, std::uint64_t(steps_done_));
+  LossSums sums = cell_->train_step(batch_inputs_, batch_labels_, shard.size,
+                                    std::uint64_t(steps_done_), {shard.offset, n});
+  if (reducer_) {
+    const Tracer::Scope wait(&tracer_, EventKind::ReduceWait, -1);
+    reducer_->finish();
+  }
   {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
     optimizer_->step(cell_->parameters(), cell_->gradients(), lr);
   }
   tracer_.end_step(cell_->activation_bytes());
   ++steps_done_;
+  sums = sum_over_replicas(sums);
+#ifndef NDEBUG
+  if (D > 1)
+    require(replicas_identical(),
+            fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
+#endif
   return sums;
 }
 
 template <class T>
 std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
-  stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
+  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
   const std::int64_t classes = deck_.model.classes();
-  Matrix<T> logits;
-  if (cell_->is_last()) logits = Matrix<T>("gpipe::Pipeline::predict", n, classes);
-  cell_->predict(batch_inputs_, n, logits);
   std::vector<T> out(static_cast<size_t>(n * classes));
+  Matrix<T> logits;
+  if (cell_->is_last()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
+  if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
   if (cell_->is_last()) {
     auto h = Kokkos::create_mirror_view(logits);
     Kokkos::deep_copy(h, logits);
-    std::copy(h.data(), h.data() + out.size(), out.begin());
+    std::copy(h.data(), h.data() + h.span(), out.begin() + shard.offset * classes);
+    if (shape_.replicas > 1) {  // every replica's shard, in replica order
+      std::vector<int> counts, displs;
+      for (int r = 0; r < shape_.replicas; ++r) {
+        const MicroBatch s = shard_of(n, shape_.replicas, r);
+        counts.push_back(int(s.size * classes));
+        displs.push_back(int(s.offset * classes));
+      }
+      MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), out.data(), counts.data(), displs.data(),
+                     mpi_type<T>(), grid_.replica_group());
+    }
   }
-  MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), comm_.size() - 1, comm_.get());
+  MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
   return out;
 }
 
@@ -146,16 +213,19 @@ template <class T>
 Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
-  double sums[2] = {0, 0};
+  LossSums total;
   for (std::int64_t begin = 0; begin < data.samples; begin += N) {
     const auto n = std::min(N, data.samples - begin);
-    stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
-    const LossSums s = cell_->evaluate(batch_inputs_, batch_labels_, n);
-    sums[0] += s.loss;
-    sums[1] += double(s.correct);
+    const MicroBatch shard =
+        stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+    if (shard.size == 0) continue;  // fewer samples than replicas
+    const LossSums s = cell_->evaluate(batch_inputs_, batch_labels_, shard.size);
+    total.loss += s.loss;
+    total.correct += s.correct;
   }
-  MPI_Bcast(sums, 2, MPI_DOUBLE, comm_.size() - 1, comm_.get());
-  return {sums[0] / double(data.samples), sums[1] / double(data.samples)};
+  total = sum_over_replicas(total);
+  const double loss = from_last(total.loss), correct = from_last(double(total.correct));
+  return {loss / double(data.samples), correct / double(data.samples)};
 }
 
 template <class T>
@@ -178,7 +248,16 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   info.optimizer = deck_.optimizer.type;
   info.optimizer_steps = optimizer_->steps();
   info.deck = deck_.text;
-  write_checkpoint(path, deck_.model, info, shard, comm_.get());
+  if (shape_.replicas == 1) return write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
+  std::string error;
+  if (grid_.replica() == 0) {  // one copy: the replicas are identical
+    try {
+      write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(error, path);
 }
 
 template <class T>
@@ -188,7 +267,18 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   shard.layer_count = int(cell_->layers().size());
   const auto state = optimizer_->state();
   for (const auto& [name, values] : state) shard.optimizer_state.emplace_back(name, std::vector<T>());
-  const CheckpointInfo info = read_checkpoint(path, deck_.model, deck_.optimizer.type, shard, comm_.get());
+  CheckpointInfo info;
+  if (shape_.replicas == 1) {
+    info = read_checkpoint(path, deck_.model, deck_.optimizer.type, shard, grid_.pipeline());
+  } else {  // every replica reads the one copy
+    std::string error;
+    try {
+      info = read_checkpoint(path, deck_.model, deck_.optimizer.type, shard, grid_.pipeline());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    agree(error, path);
+  }
   auto device = [](const std::vector<T>& from, const Vector<T>& to) {
     auto h = Kokkos::create_mirror_view(to);
     std::copy(from.begin(), from.end(), h.data());
@@ -207,28 +297,55 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
 
 template <class T>
 std::vector<T> Pipeline<T>::gather_parameters() const {
-  const int K = comm_.size();
+  const int K = shape_.cells;
+  const MPI_Comm pipe = grid_.pipeline();
   auto host = Kokkos::create_mirror_view(cell_->parameters());
   Kokkos::deep_copy(host, cell_->parameters());
   int local = int(host.extent(0));
   std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
-  MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_.get());
+  MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, pipe);
   std::vector<T> all;
-  if (comm_.rank() == 0) {
+  if (cell_->is_first()) {
     for (int k = 1; k < K; ++k) displs[size_t(k)] = displs[size_t(k) - 1] + counts[size_t(k) - 1];
     all.resize(size_t(displs.back() + counts.back()));
   }
   MPI_Gatherv(host.data(), local, mpi_type<T>(), all.data(), counts.data(), displs.data(),
-              mpi_type<T>(), 0, comm_.get());
+              mpi_type<T>(), 0, pipe);
   return all;
 }
 
 template <class T>
 std::vector<std::int64_t> Pipeline<T>::gather_activation_bytes() const {
-  std::vector<std::int64_t> out(static_cast<size_t>(comm_.size()));
+  std::vector<std::int64_t> out(static_cast<size_t>(shape_.cells));
   const std::int64_t mine = cell_->activation_bytes();
-  MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, comm_.get());
+  MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, grid_.pipeline());
   return out;
+}
+
+template <class T>
+std::uint64_t Pipeline<T>::checksum() const {
+  // FNV-1a over the bytes of the parameters and the optimizer state.
+  std::uint64_t h = 1469598103934665603ull;
+  auto add = [&h](const Vector<T>& v) {
+    auto m = Kokkos::create_mirror_view(v);
+    Kokkos::deep_copy(m, v);
+    const auto* bytes = reinterpret_cast<const unsigned char*>(m.data());
+    for (std::size_t i = 0; i < m.span() * sizeof(T); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  };
+  add(cell_->parameters());
+  for (const auto& [name, values] : optimizer_->state()) add(values);
+  return h;
+}
+
+template <class T>
+bool Pipeline<T>::replicas_identical() const {
+  const std::uint64_t mine = checksum();
+  std::uint64_t low = mine, high = mine;
+  MPI_Allreduce(MPI_IN_PLACE, &low, 1, MPI_UINT64_T, MPI_MIN, grid_.replica_group());
+  MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_UINT64_T, MPI_MAX, grid_.replica_group());
+  int same = low == high ? 1 : 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, comm_.get());
+  return all == 1;
 }
 
 template class Pipeline<float>;

@@ -35,7 +35,7 @@ printf '\x1f\x00\x08\x01\x00\x00\x00\x01\x05' >"$tmp/magic.idx"
 printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$tmp/short.idx"
 
 expect unknown_set_key 2 \
-  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.normalize, data.train_limit, data.test_limit, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, pipeline.balance, pipeline.remat, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every)" \
+  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.normalize, data.train_limit, data.test_limit, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, parallel.cells, parallel.placement, parallel.deterministic_reduction, parallel.bucket_kib, pipeline.balance, pipeline.remat, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every)" \
   "$deck" --set training.epoch=3
 expect yaml_syntax 2 \
   "gpipe-train: error: $tmp/syntax.yaml:2:1: YAML syntax error: end of map flow not found" \
@@ -58,6 +58,9 @@ expect truncated_dataset 2 \
 expect input_size_mismatch 2 \
   "gpipe-train: error: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz: samples have 784 features but model.input is 100" \
   "$tmp/input100.yaml"
+expect cells_not_dividing_ranks 2 \
+  "gpipe-train: error: parallel.cells: 2 cells per pipeline do not divide the 1 MPI ranks (ranks = replicas x cells)" \
+  "$deck" --set parallel.cells=2
 
 # --help and --version succeed and teach.
 if "$exe" --help | grep -q "micro-batches" && "$exe" --version | grep -q "^Kokkos "; then

@@ -181,5 +181,48 @@ TEST(CApi, CosineScheduleFollowsTheTotalStepsTheUserSets) {
   EXPECT_EQ(gpipe_destroy(b), GPIPE_OK);
 }
 
+// The layout comes from the deck: all ranks as data-parallel replicas of one
+// cell (D x 1); the C API trains exactly as the C++ Pipeline on the same grid.
+TEST(CApi, DataParallelLayout) {
+  const std::string deck = kDeck + "parallel: {cells: 1}\n";
+  const int R = test::world_size();
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(deck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  int replicas = 0, cells = 0, replica = -1, cell = -1;
+  ASSERT_EQ(gpipe_layout(t, &replicas, &cells, &replica, &cell), GPIPE_OK);
+  EXPECT_EQ(replicas, R);
+  EXPECT_EQ(cells, 1);
+  EXPECT_EQ(replica, test::world_rank());
+  EXPECT_EQ(cell, 0);
+  EXPECT_EQ(gpipe_layout(nullptr, nullptr, nullptr, nullptr, nullptr), GPIPE_ERROR_NULL_ARGUMENT);
+  const Batch b = batch(5);
+  if (R > 1) {  // each of the R shards needs micro_batches = 2 samples
+    EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 2 * R - 1, nullptr), GPIPE_ERROR_INPUT);
+    EXPECT_EQ(std::string(gpipe_last_error()),
+              "gpipe_train_step: n = " + std::to_string(2 * R - 1) + " samples, expected " +
+                  std::to_string(2 * R) + " (replicas x micro_batches) to 8 (batch_size)");
+  }
+  Pipeline<double> cpp(parse_deck(deck, "d"), MPI_COMM_WORLD);
+  for (std::uint64_t s = 0; s < 3; ++s) {
+    const Batch x = batch(40 + s);
+    double loss = -1;
+    ASSERT_EQ(gpipe_train_step(t, x.inputs.data(), x.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
+    EXPECT_EQ(loss, cpp.from_last(cpp.step(x.inputs.data(), x.labels.data(), 8).loss) / 8);
+  }
+  int64_t count = 0;
+  gpipe_parameter_count(t, &count);
+  std::vector<double> params(static_cast<size_t>(count));
+  ASSERT_EQ(gpipe_get_parameters(t, params.data(), count), GPIPE_OK);
+  const auto expected = cpp.gather_parameters();
+  if (test::world_rank() == 0) EXPECT_EQ(params, expected);
+  EXPECT_TRUE(cpp.replicas_identical());
+  std::vector<float> logits(8 * 4), reference(8 * 4);
+  ASSERT_EQ(gpipe_predict(t, b.inputs.data(), 8, logits.data()), GPIPE_OK) << gpipe_last_error();
+  const auto cpp_logits = cpp.predict(b.inputs.data(), 8);
+  for (size_t i = 0; i < reference.size(); ++i) reference[i] = float(cpp_logits[i]);
+  EXPECT_EQ(logits, reference);  // every replica's shard, on every rank
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -151,7 +151,29 @@ TEST(DeckErrors, MissingField) {
 TEST(DeckErrors, MissingSection) {
   EXPECT_EQ(error_of(replace(kDeck, "training:", "trainin:")),
             "deck.yaml:15:1: unknown key 'trainin' in the deck (expected one of: seed, precision, "
-            "model, data, training, optimizer, pipeline, checkpoint, trace)");
+            "model, data, training, optimizer, pipeline, parallel, checkpoint, trace)");
+}
+
+TEST(Deck, ParallelGrid) {
+  const Deck d = parse_deck(kDeck, "deck.yaml");
+  EXPECT_EQ(d.parallel.cells, 0);  // all ranks: one pipeline, D = 1
+  EXPECT_EQ(d.parallel.placement, "replica");
+  EXPECT_FALSE(d.parallel.deterministic_reduction);
+  EXPECT_EQ(d.parallel.bucket_kib, 256);
+  const Deck set = parse_deck(kDeck, "deck.yaml",
+                              {"parallel.cells=2", "parallel.placement=pipeline",
+                               "parallel.deterministic_reduction=true", "parallel.bucket_kib=8"});
+  EXPECT_EQ(set.parallel.cells, 2);
+  EXPECT_EQ(set.parallel.placement, "pipeline");
+  EXPECT_TRUE(set.parallel.deterministic_reduction);
+  EXPECT_EQ(set.parallel.bucket_kib, 8);
+  EXPECT_EQ(error_of(kDeck, {"parallel.placement=diagonal"}),
+            "deck.yaml (--set): parallel.placement: unknown placement 'diagonal' (expected replica or "
+            "pipeline)");
+  EXPECT_EQ(error_of(kDeck, {"parallel.cells=-1"}),
+            "deck.yaml (--set): parallel.cells: expected a non-negative integer (0 = all ranks), got -1");
+  EXPECT_EQ(error_of(kDeck, {"parallel.bucket_kib=0"}),
+            "deck.yaml (--set): parallel.bucket_kib: expected a positive integer, got 0");
 }
 
 TEST(DeckErrors, WrongType) {

@@ -26,6 +26,14 @@ struct PipelineSpec {
   Remat remat = Remat::Never;
 };
 
+/// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").
+struct ParallelSpec {
+  int cells = 0;                         ///< K cells per pipeline (0 = all ranks: D = 1)
+  std::string placement = "replica";     ///< replica | pipeline: which ranks are adjacent
+  bool deterministic_reduction = false;  ///< fixed-order gradient sum (bitwise reproducible)
+  std::int64_t bucket_kib = 256;         ///< gradient all-reduce bucket size, KiB
+};
+
 struct CheckpointSpec {
   std::string directory;         ///< where ckpt_*.h5 go ("" = no checkpoints)
   std::int64_t every_steps = 0;  ///< write every n optimizer steps (0 = off)
@@ -48,6 +56,7 @@ struct Deck {
   TrainingSpec training;
   OptimizerSpec optimizer;
   PipelineSpec pipeline;
+  ParallelSpec parallel;
   CheckpointSpec checkpoint;
   TraceSpec trace;
 };

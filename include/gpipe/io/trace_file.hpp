@@ -12,7 +12,10 @@ namespace gpipe {
 
 /// Run-level attributes of a trace file.
 struct TraceHeader {
-  int ranks = 1;
+  int ranks = 1;                 ///< all ranks: replicas x cells
+  int replicas = 1;              ///< D
+  int cells = 1;                 ///< K
+  std::string placement = "replica";
   int micro_batches = 1;
   std::int64_t batch_size = 0;
   std::string remat;
@@ -28,6 +31,16 @@ struct GatheredTrace {
   std::vector<std::vector<StepSummary>> steps;  ///< [rank]
   /// Mean over ranks and recorded steps of idle_time / step_time.
   double measured_bubble() const;
+  /// Communication per recorded step and rank, split into its two parts.
+  struct Communication {
+    double pipeline_seconds = 0;       ///< send + receive postings (point-to-point)
+    double data_parallel_seconds = 0;  ///< reduce_wait: gradient reduction not hidden
+    double allreduce_seconds = 0;      ///< first bucket posted to last bucket completed
+    /// 1 - data_parallel / allreduce: the share of the reduction hidden
+    /// behind backward compute (0 without data parallelism).
+    double overlap_fraction = 0;
+  };
+  Communication communication() const;
 };
 GatheredTrace gather_trace(const Tracer& tracer, MPI_Comm comm);
 

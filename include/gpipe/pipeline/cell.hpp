@@ -2,6 +2,7 @@
 // A cell (pipeline stage): a contiguous run of a model's layers on one MPI
 // rank, with the buffers and the generic runner that executes a Schedule.
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,13 @@ struct CellOptions {
   int micro_batches = 1;       ///< M
   Remat remat = Remat::Never;
   std::uint64_t seed = 0;      ///< initialization and Dropout seed
+};
+
+/// Where a cell's mini-batch sits in a larger global mini-batch (data
+/// parallelism: each replica trains a shard of it).
+struct BatchPlacement {
+  std::int64_t offset = 0;       ///< global index of the first sample (keys Dropout)
+  std::int64_t global_size = 0;  ///< N of the loss mean, 1/N (0: the cell's own n)
 };
 
 /// Cell `comm.rank()` of a `comm.size()`-cell pipeline over `model`,
@@ -44,8 +52,23 @@ class Cell {
   /// last. Adds dL/dparameters, with L the mean loss over the n samples, to
   /// gradients() (call zero_gradients() first). step keys Dropout.
   /// Returns the loss sums on the last cell, zeros elsewhere.
+  /// With a `placement`, the n samples are samples [offset, offset + n) of a
+  /// global mini-batch of global_size: the gradient is that of the mean loss
+  /// over global_size samples and Dropout masks use global sample indices,
+  /// so they do not depend on how the global batch is sharded.
   LossSums train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
-                      std::uint64_t step);
+                      std::uint64_t step, const BatchPlacement& placement = {});
+
+  /// Called during train_step right after local layer l's backward of the
+  /// last micro-batch this cell's schedule runs backward: from then on layer
+  /// l's gradients are final for the step (data parallelism starts their
+  /// reduction there). Null: none.
+  void set_gradient_ready(std::function<void(int layer)> callback) {
+    gradient_ready_ = std::move(callback);
+  }
+  /// Where each local layer's parameters (and gradients) start in the flat
+  /// buffers, in layer order; the last entry is the total (size layers + 1).
+  std::vector<std::int64_t> parameter_offsets() const;
 
   /// Forward-only pass (Dropout off) through the pipeline; loss sums and
   /// correct predictions on the last cell, zeros elsewhere.
@@ -111,6 +134,8 @@ class Cell {
   SoftmaxCrossEntropy<T> loss_;
   std::int64_t activation_bytes_ = 0;
   Tracer* tracer_ = nullptr;
+  std::function<void(int)> gradient_ready_;
+  int last_backward_ = -1;  // micro-batch of this cell's last Backward op in train_schedule_
 
   // Per-step state.
   std::vector<MicroBatch> split_;
@@ -119,6 +144,8 @@ class Cell {
   ConstLabelVector batch_labels_;
   Matrix<T> predict_logits_;  // set during predict(): the last cell's output goes here
   std::int64_t batch_size_ = 0;
+  BatchPlacement placement_;
+  bool training_ = false;
   std::uint64_t step_ = 0;
 };
 

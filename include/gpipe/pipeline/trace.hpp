@@ -16,6 +16,11 @@ enum class EventKind : std::int8_t {
   Receive = 4,    ///< posting the step's MPI_Irecvs
   Wait = 5,       ///< blocked on a receive or on send completion: idle
   Optimizer = 6,  ///< zeroing gradients and the optimizer update
+  AllReduce = 7,  ///< one gradient bucket's reduction over the replica group, from
+                  ///< posting to observed completion; overlaps other events, so it
+                  ///< is outside the step's compute/comm/idle accounting
+  ReduceWait = 8, ///< blocked on the gradient reductions before the optimizer
+                  ///< (data-parallel communication not hidden behind backward)
 };
 
 /// One timed operation. Times are seconds since the run's common origin.
@@ -29,7 +34,7 @@ struct TraceEvent {
 };
 
 /// Per-rank totals of one recorded step. compute = forward + backward +
-/// recompute + optimizer; comm = send + receive; idle = wait.
+/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait.
 struct StepSummary {
   std::int64_t step;
   double start;
@@ -50,6 +55,9 @@ class Tracer {
 
   /// Starts step `step`; events are recorded only if `record`.
   void begin_step(std::int64_t step, bool record);
+  /// Appends an event timed by the caller (an operation that overlaps the
+  /// scoped ones, such as an all-reduce), if recording. Times from now().
+  void record(EventKind kind, int micro_batch, double start, double end, std::int64_t bytes);
   /// Ends the step and appends its StepSummary (if recorded).
   void end_step(std::int64_t peak_activation_bytes);
   bool recording() const { return recording_; }
@@ -85,7 +93,8 @@ class Tracer {
 };
 
 /// Kokkos profiling region of an event kind: "gpipe::forward", "gpipe::backward",
-/// "gpipe::recompute", "gpipe::send", "gpipe::receive", "gpipe::wait", "gpipe::optimizer".
+/// "gpipe::recompute", "gpipe::send", "gpipe::receive", "gpipe::wait", "gpipe::optimizer",
+/// "gpipe::allreduce", "gpipe::reduce_wait".
 const char* region_name(EventKind kind);
 
 /// Mean idle_fraction over `steps` (0 if empty).

@@ -1,8 +1,9 @@
 #pragma once
-// The library-level pipeline: a model described by a Deck, partitioned over
-// the ranks of a private duplicate of the caller's communicator (one cell per
-// rank), with its optimizer and batch staging. It runs one step, prediction
-// or evaluation per call; the epoch loop lives in train/driver.hpp.
+// The library-level pipeline: a model described by a Deck, trained on the
+// ranks of a private duplicate of the caller's communicator arranged as a
+// D x K grid (D data-parallel replicas of a K-cell pipeline; D = 1 by
+// default), with its optimizer and batch staging. It runs one step,
+// prediction or evaluation per call; the epoch loop lives in train/driver.hpp.
 
 #include <mpi.h>
 
@@ -14,6 +15,8 @@
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/optim/optimizer.hpp"
+#include "gpipe/parallel/gradient_reducer.hpp"
+#include "gpipe/parallel/grid.hpp"
 #include "gpipe/pipeline/cell.hpp"
 #include "gpipe/pipeline/trace.hpp"
 #include "gpipe/pipeline/transport.hpp"
@@ -29,8 +32,18 @@ struct Evaluation {
 ///
 /// Communicators: the constructor duplicates `comm` once (MPI_Comm_dup, freed
 /// by the destructor); every collective and point-to-point call of the
-/// pipeline runs on that duplicate (or communicators derived from it), never
-/// on `comm` itself, so the caller's own messages cannot collide with gpipe's.
+/// pipeline runs on that duplicate or on the grid's communicators split from
+/// it (parallel/grid.hpp), never on `comm` itself, so the caller's own
+/// messages cannot collide with gpipe's.
+///
+/// Data parallelism (deck.parallel): D = ranks / K replicas. A step's global
+/// mini-batch of n samples is split into D contiguous shards (sizes differ by
+/// at most one); replica r trains shard r in M micro-batches; the gradient
+/// is that of the mean loss over all n samples, summed over the replica
+/// group bucket by bucket during the last backward micro-batch
+/// (GradientReducer) before the optimizer step, so every replica holds the
+/// same weights after every step. Every rank must pass the same n and the
+/// same samples (each rank reads only its shard's rows).
 ///
 /// Learning rate: the rate of step s is learning_rate(deck.optimizer, s,
 /// total_steps()), a function of the step and of a total step count the user
@@ -40,17 +53,19 @@ struct Evaluation {
 template <class T>
 class Pipeline {
  public:
-  /// Duplicates `comm`, partitions deck.model over its ranks (collective),
-  /// builds this rank's cell and optimizer. Throws InputError for a bad
-  /// partition (identically on every rank).
+  /// Checks the grid (grid_shape: throws InputError before any
+  /// communication), duplicates `comm`, splits it into the grid, partitions
+  /// deck.model over K cells (collective), builds this rank's cell, optimizer
+  /// and gradient reducer. Throws InputError for a bad grid or partition
+  /// (identically on every rank).
   Pipeline(const Deck& deck, MPI_Comm comm);
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
   /// One synchronous step (all M micro-batches, then one optimizer update)
-  /// on samples order[begin, begin + n) of `data` (1 <= n <= batch_size).
-  /// Collective. Returns the loss sums of the n samples (valid on the last
-  /// cell; see from_last()).
+  /// on samples order[begin, begin + n) of `data` (D x M <= n <= batch_size).
+  /// Collective. Returns the loss sums of all n samples (valid on the last
+  /// cell of every replica; see from_last()).
   LossSums step(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
                 std::int64_t n);
 
@@ -79,23 +94,32 @@ class Pipeline {
   double next_learning_rate() const;
 
   /// Optimizer steps for an epoch of `samples` samples: full batches, plus a
-  /// last partial batch if it has at least micro_batches samples.
+  /// last partial batch if it has at least D x micro_batches samples.
   std::int64_t steps_per_epoch(std::int64_t samples) const;
 
-  /// `value` as the last cell holds it, on every rank. Collective.
+  /// `value` as the last cell of replica 0 holds it, on every rank. Collective.
   double from_last(double value) const;
 
-  /// Writes the state (parameters, optimizer state, step) to `path`. Collective.
+  /// Writes the state (parameters, optimizer state, step) to `path`: one
+  /// copy, written by replica 0's pipeline (the replicas are identical).
+  /// Collective; an error on any rank is thrown as InputError on every rank.
   void save_checkpoint(const std::string& path);
-  /// Restores the state from `path`, written with any number of cells.
-  /// Collective; throws InputError (see read_checkpoint) and changes nothing then.
+  /// Restores the state from `path`, written with any grid (D, K); every
+  /// replica reads it. Collective; throws InputError (see read_checkpoint)
+  /// on every rank if any rank fails.
   CheckpointInfo load_checkpoint(const std::string& path);
 
-  /// All parameters of the model in layer order, gathered on rank 0 (empty
-  /// elsewhere): the same layout for every partition. Collective.
+  /// All parameters of the model in layer order, gathered on the first cell
+  /// of every replica, rank 0 included (empty elsewhere): the same layout
+  /// for every partition and grid. Collective.
   std::vector<T> gather_parameters() const;
-  /// Activation bytes of every cell, gathered on all ranks. Collective.
+  /// Activation bytes of each of the K cells (index = cell), on all ranks.
+  /// Collective.
   std::vector<std::int64_t> gather_activation_bytes() const;
+  /// True on every rank if every replica of every cell holds bitwise the
+  /// same parameters and optimizer state (a 64-bit checksum compared over
+  /// each replica group). Collective. Debug builds check it after every step.
+  bool replicas_identical() const;
 
   /// Parameters of the whole model (all cells).
   std::int64_t total_parameters() const;
@@ -109,6 +133,9 @@ class Pipeline {
   MPI_Comm comm() const { return comm_.get(); }
   int rank() const { return comm_.rank(); }
   int ranks() const { return comm_.size(); }
+  /// The D x K grid and this rank's place in it.
+  const GridShape& grid() const { return shape_; }
+  int replica() const { return grid_.replica(); }
   const Partition& partition() const { return partition_; }
   const std::vector<double>& costs() const { return costs_; }
   Cell<T>& cell() { return *cell_; }
@@ -116,17 +143,27 @@ class Pipeline {
   std::int64_t steps_done() const { return steps_done_; }
 
  private:
-  // Copies rows order[0..n) (identity if order is null) of inputs/labels into the batch buffers.
-  void stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
-                   const std::int64_t* order, std::int64_t n);
-  LossSums step_staged(std::int64_t n);
+  // Copies this replica's shard of rows order[0..n) (identity if order is
+  // null) of inputs/labels into the batch buffers; returns the shard.
+  MicroBatch stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
+                         const std::int64_t* order, std::int64_t n);
+  LossSums step_staged(std::int64_t n, const MicroBatch& shard);
+  // Sums loss sums over the replica group on the last cells (D > 1).
+  LossSums sum_over_replicas(LossSums sums) const;
+  // Throws InputError on every rank if `error` is non-empty on any (a message
+  // naming the other replica where this one succeeded).
+  void agree(const std::string& error, const std::string& what) const;
+  std::uint64_t checksum() const;
 
   Deck deck_;
+  GridShape shape_;
   Communicator comm_;
+  Grid grid_;
   Partition partition_;
   std::vector<double> costs_;
   std::unique_ptr<Cell<T>> cell_;
   std::unique_ptr<Optimizer<T>> optimizer_;
+  std::unique_ptr<GradientReducer<T>> reducer_;  // D > 1
   Matrix<T> batch_inputs_;
   typename Matrix<T>::host_mirror_type batch_inputs_host_;
   LabelVector batch_labels_;

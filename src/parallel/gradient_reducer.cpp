@@ -1,0 +1,127 @@
+#include "gpipe/parallel/gradient_reducer.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include "gpipe/config.hpp"
+#include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/pipeline/transport.hpp"
+
+namespace gpipe {
+
+template <class T>
+GradientReducer<T>::GradientReducer(MPI_Comm group, Vector<T> gradients,
+                                    const std::vector<std::int64_t>& layer_offsets,
+                                    std::int64_t bucket_bytes, bool deterministic)
+    : group_(group), deterministic_(deterministic), grads_(gradients) {
+  MPI_Comm_size(group, &replicas_);
+#ifdef GPIPE_ENABLE_GPU_AWARE_MPI
+  staged_ = false;
+#else
+  staged_ = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+#endif
+  // Buckets from the last layer backwards; empty (parameter-free) runs are dropped.
+  const int layers = int(layer_offsets.size()) - 1;
+  std::int64_t high = layer_offsets.back();
+  for (int l = layers - 1; l >= 0; --l) {
+    const std::int64_t low = layer_offsets[size_t(l)];
+    const bool full = (high - low) * std::int64_t(sizeof(T)) >= bucket_bytes;
+    if ((full || l == 0) && high > low) {
+      Bucket b;
+      b.first_layer = l;
+      b.offset = low;
+      b.count = high - low;
+      buckets_.push_back(b);
+      high = low;
+    }
+  }
+  if (staged_) grads_host_ = Kokkos::create_mirror_view(grads_);
+  if (deterministic_) {
+    gathered_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::GradientReducer::gathered"),
+                          grads_.extent(0) * size_t(replicas_));
+    if (staged_) gathered_host_ = Kokkos::create_mirror_view(gathered_);
+  }
+}
+
+template <class T>
+T* GradientReducer<T>::send_buffer(const Bucket& b) const {
+  return (staged_ ? grads_host_.data() : grads_.data()) + b.offset;
+}
+
+template <class T>
+T* GradientReducer<T>::gather_buffer(const Bucket& b) const {
+  return (staged_ ? gathered_host_.data() : gathered_.data()) + b.offset * replicas_;
+}
+
+template <class T>
+void GradientReducer<T>::start(Bucket& b) {
+  if (b.started) return;
+  b.start = tracer_ ? tracer_->now() : 0;
+  const auto range = std::make_pair(b.offset, b.offset + b.count);
+  if (staged_) {
+    Kokkos::deep_copy(Kokkos::subview(grads_host_, range), Kokkos::subview(grads_, range));
+  } else {
+    compat::fence("gpipe::GradientReducer::start");  // the backward kernels wrote these gradients
+  }
+  const int count = int(b.count);
+  if (deterministic_)
+    MPI_Iallgather(send_buffer(b), count, mpi_type<T>(), gather_buffer(b), count, mpi_type<T>(), group_,
+                   &b.request);
+  else
+    MPI_Iallreduce(MPI_IN_PLACE, send_buffer(b), count, mpi_type<T>(), MPI_SUM, group_, &b.request);
+  b.started = true;
+}
+
+template <class T>
+void GradientReducer<T>::complete(Bucket& b) {
+  if (b.request != MPI_REQUEST_NULL) {
+    MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+    b.end = tracer_ ? tracer_->now() : 0;
+  }
+  if (tracer_) tracer_->record(EventKind::AllReduce, -1, b.start, b.end, b.count * std::int64_t(sizeof(T)));
+  const auto range = std::make_pair(b.offset, b.offset + b.count);
+  if (deterministic_) {
+    const auto gathered_range = std::make_pair(b.offset * replicas_, (b.offset + b.count) * replicas_);
+    if (staged_)
+      Kokkos::deep_copy(Kokkos::subview(gathered_, gathered_range),
+                        Kokkos::subview(gathered_host_, gathered_range));
+    const auto g = Kokkos::subview(gathered_, gathered_range);
+    const auto out = Kokkos::subview(grads_, range);
+    const int D = replicas_;
+    const std::int64_t n = b.count;
+    // Replica order, the same on every rank: ((g0 + g1) + g2) + ...
+    Kokkos::parallel_for(
+        "gpipe::GradientReducer::sum_in_replica_order", Kokkos::RangePolicy<ExecSpace>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          T sum = g(i);
+          for (int r = 1; r < D; ++r) sum += g(std::int64_t(r) * n + i);
+          out(i) = sum;
+        });
+  } else if (staged_) {
+    Kokkos::deep_copy(Kokkos::subview(grads_, range), Kokkos::subview(grads_host_, range));
+  }
+  b.done = true;
+}
+
+template <class T>
+void GradientReducer<T>::layer_ready(int layer) {
+  for (auto& b : buckets_) {
+    if (b.first_layer == layer) start(b);
+    if (b.started && !b.done && b.request != MPI_REQUEST_NULL) {
+      int flag = 0;
+      MPI_Test(&b.request, &flag, MPI_STATUS_IGNORE);  // progress; the data is handled in finish()
+      if (flag && tracer_) b.end = tracer_->now();
+    }
+  }
+}
+
+template <class T>
+void GradientReducer<T>::finish() {
+  for (auto& b : buckets_) start(b);
+  for (auto& b : buckets_) complete(b);
+  for (auto& b : buckets_) b.started = b.done = false;
+}
+
+template class GradientReducer<float>;
+template class GradientReducer<double>;
+
+}  // namespace gpipe
