@@ -7,13 +7,22 @@
 !   call check(gpipe_initialize_f())
 !   call check(gpipe_create(deck_text, MPI_COMM_WORLD, trainer))
 !   call check(gpipe_train_step(trainer, inputs, labels, n, loss))
+!   call check(gpipe_dimensions_f(trainer, features, classes, max_batch))
+!   call check(gpipe_predict_f(trainer, inputs, n, logits))
+!   call check(gpipe_save_checkpoint_f(trainer, "ckpt.h5"))
+!   call check(gpipe_load_checkpoint_f(trainer, "ckpt.h5"))
+!
+! Every function returns the C status (GPIPE_OK = 0); gpipe_last_error_f()
+! gives the message of a failure. "Collective" as in gpipe.h: every rank of
+! the trainer's communicator calls it.
 module gpipe
   use, intrinsic :: iso_c_binding
   implicit none
   private
   public :: gpipe_initialize_f, gpipe_finalize_f, gpipe_create, gpipe_destroy_f, &
             gpipe_train_step, gpipe_predict_f, gpipe_last_error_f, gpipe_set_total_steps_f, &
-            GPIPE_OK
+            GPIPE_OK, gpipe_dimensions_f, gpipe_parameter_count_f, gpipe_get_parameters_f, &
+            gpipe_save_checkpoint_f, gpipe_load_checkpoint_f
 
   integer(c_int), parameter :: GPIPE_OK = 0
 
@@ -60,6 +69,38 @@ module gpipe
       import :: c_int, c_ptr, c_int64_t
       type(c_ptr), value :: trainer
       integer(c_int64_t), value :: total
+      integer(c_int) :: status
+    end function
+    function c_dimensions(trainer, features, classes, max_batch) bind(C, name="gpipe_dimensions") &
+        result(status)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: trainer
+      integer(c_int64_t), intent(out) :: features, classes, max_batch
+      integer(c_int) :: status
+    end function
+    function c_parameter_count(trainer, count) bind(C, name="gpipe_parameter_count") result(status)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: trainer
+      integer(c_int64_t), intent(out) :: count
+      integer(c_int) :: status
+    end function
+    function c_get_parameters(trainer, values, count) bind(C, name="gpipe_get_parameters") result(status)
+      import :: c_int, c_ptr, c_double, c_int64_t
+      type(c_ptr), value :: trainer
+      real(c_double), dimension(*), intent(out) :: values
+      integer(c_int64_t), value :: count
+      integer(c_int) :: status
+    end function
+    function c_save_checkpoint(trainer, path) bind(C, name="gpipe_save_checkpoint") result(status)
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: trainer
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: status
+    end function
+    function c_load_checkpoint(trainer, path) bind(C, name="gpipe_load_checkpoint") result(status)
+      import :: c_int, c_ptr, c_char
+      type(c_ptr), value :: trainer
+      character(kind=c_char), dimension(*), intent(in) :: path
       integer(c_int) :: status
     end function
     function c_last_error() bind(C, name="gpipe_last_error") result(message)
@@ -121,6 +162,43 @@ contains
     type(c_ptr), intent(in) :: trainer
     integer, intent(in) :: total_steps
     status = c_set_total_steps(trainer, int(total_steps, c_int64_t))
+  end function
+
+  !> Model dimensions: input features, classes (outputs), largest batch (training.batch_size).
+  integer function gpipe_dimensions_f(trainer, features, classes, max_batch) result(status)
+    type(c_ptr), intent(in) :: trainer
+    integer(c_int64_t), intent(out) :: features, classes, max_batch
+    status = c_dimensions(trainer, features, classes, max_batch)
+  end function
+
+  !> Number of parameters of the whole model. Collective.
+  integer function gpipe_parameter_count_f(trainer, count) result(status)
+    type(c_ptr), intent(in) :: trainer
+    integer(c_int64_t), intent(out) :: count
+    status = c_parameter_count(trainer, count)
+  end function
+
+  !> All parameters of the model in layer order (size(values) of them, which must be
+  !> the parameter count), on every rank. Collective.
+  integer function gpipe_get_parameters_f(trainer, values) result(status)
+    type(c_ptr), intent(in) :: trainer
+    real(c_double), intent(out) :: values(:)
+    status = c_get_parameters(trainer, values, int(size(values), c_int64_t))
+  end function
+
+  !> Writes an HDF5 checkpoint to path (atomically; docs/file-formats.md). Collective.
+  integer function gpipe_save_checkpoint_f(trainer, path) result(status)
+    type(c_ptr), intent(in) :: trainer
+    character(len=*), intent(in) :: path
+    status = c_save_checkpoint(trainer, trim(path) // c_null_char)
+  end function
+
+  !> Restores parameters, optimizer state and step from a checkpoint written with any
+  !> number of ranks. Collective.
+  integer function gpipe_load_checkpoint_f(trainer, path) result(status)
+    type(c_ptr), intent(in) :: trainer
+    character(len=*), intent(in) :: path
+    status = c_load_checkpoint(trainer, trim(path) // c_null_char)
   end function
 
   !> The message of the last failure.

@@ -1,5 +1,6 @@
-! The Fortran bindings: create a trainer on MPI_COMM_WORLD, train, predict,
-! and check an error message. Prints "N passed, M failed".
+! The Fortran bindings: create a trainer on MPI_COMM_WORLD, read its
+! dimensions, train, predict, save a checkpoint and load it back (the
+! predictions return bitwise), and check an error message. Prints "N passed, M failed".
 program test_fortran
   use mpi
   use gpipe
@@ -7,7 +8,10 @@ program test_fortran
   implicit none
   type(c_ptr) :: trainer
   integer :: ierr, passed, failed, i, j, status
-  real(c_float) :: inputs(4, 8), logits(3, 8)
+  real(c_float) :: inputs(4, 8), logits(3, 8), reloaded(3, 8)
+  integer(c_int64_t) :: features, classes, max_batch, count
+  real(c_double), allocatable :: saved(:), values(:)
+  character(len=*), parameter :: checkpoint = "gpipe_fortran_test_ckpt.h5"
   integer(c_int32_t) :: labels(8)
   real(c_double) :: loss, first_loss
   character(len=*), parameter :: deck = &
@@ -21,6 +25,10 @@ program test_fortran
   failed = 0
   call expect(gpipe_initialize_f() == GPIPE_OK, "initialize")
   call expect(gpipe_create(deck, MPI_COMM_WORLD, trainer) == GPIPE_OK, "create")
+  call expect(gpipe_dimensions_f(trainer, features, classes, max_batch) == GPIPE_OK, "dimensions")
+  call expect(features == 4 .and. classes == 3 .and. max_batch == 8, "dimensions are 4, 3, 8")
+  call expect(gpipe_parameter_count_f(trainer, count) == GPIPE_OK, "parameter_count")
+  call expect(count == 4 * 16 + 16 + 16 * 3 + 3, "131 parameters")
   do j = 1, 8
     labels(j) = mod(j, 3)
     do i = 1, 4
@@ -35,11 +43,25 @@ program test_fortran
   call expect(loss < 0.5 * first_loss, "loss falls")
   call expect(gpipe_predict_f(trainer, inputs, 8, logits) == GPIPE_OK, "predict")
   call expect(all(maxloc(logits, dim=1) - 1 == labels), "predictions match the labels")
+  allocate(saved(count), values(count))
+  call expect(gpipe_get_parameters_f(trainer, saved) == GPIPE_OK, "get_parameters")
+  call expect(gpipe_save_checkpoint_f(trainer, checkpoint) == GPIPE_OK, "save_checkpoint")
+  status = gpipe_train_step(trainer, inputs, labels, 8, loss)
+  status = gpipe_get_parameters_f(trainer, values)
+  call expect(any(values /= saved), "a step changes the parameters")
+  call expect(gpipe_load_checkpoint_f(trainer, checkpoint) == GPIPE_OK, "load_checkpoint")
+  status = gpipe_get_parameters_f(trainer, values)
+  call expect(all(values == saved), "loaded parameters equal the saved ones bitwise")
+  call expect(gpipe_predict_f(trainer, inputs, 8, reloaded) == GPIPE_OK, "predict after load")
+  call expect(all(reloaded == logits), "predictions after load equal those before bitwise")
+  call expect(gpipe_load_checkpoint_f(trainer, "no/such/file.h5") /= GPIPE_OK, "missing checkpoint rejected")
   labels(1) = 7
   call expect(gpipe_train_step(trainer, inputs, labels, 8, loss) /= GPIPE_OK, "bad label rejected")
   call expect(gpipe_last_error_f() == "gpipe_train_step: labels[0] = 7 is outside [0, 3)", "error message")
   call expect(gpipe_destroy_f(trainer) == GPIPE_OK, "destroy")
   call expect(gpipe_finalize_f() == GPIPE_OK, "finalize")
+  open(newunit=i, file=checkpoint, status="old", iostat=ierr)
+  if (ierr == 0) close(i, status="delete")
   call MPI_Finalize(ierr)
   print '(i0, " passed, ", i0, " failed")', passed, failed
   if (failed > 0) error stop 1
