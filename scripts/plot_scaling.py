@@ -5,8 +5,15 @@ usage: scripts/plot_scaling.py OUT_DIR [-o scaling.png] [--mode strong|weak]
 
 OUT_DIR is what scripts/scaling_study.sh (or scripts/slurm/submit_study.sh)
 writes: study.json ({"mode": "strong"|"weak", "N0": ..., "deck": ...}) and one
-run summary K{k}_M{m}.json per run, with its trace K{k}_M{m}.h5. K and M are
-read from the summaries ("ranks", "micro_batches"), not from the file names.
+run summary K{k}_M{m}.json per run, with its trace K{k}_M{m}.h5; with
+--repeats R, K{k}_M{m}_r{r}.json (r = 1..R) instead. K and M are read from the
+summaries ("ranks", "micro_batches"), not from the file names.
+
+Repeated points: X(K) is the median throughput of the repeats; the table
+gives the repeats, the spread (max - min)/median in percent, and the machine
+load (summary key machine_load.start: the largest 1-minute load average of the
+run's hosts at its start); the plot draws the min..max range as error bars.
+A spread of more than 10 % or a load above the host's cores marks a noisy point.
 
 For each M, with X(K) the throughput (samples_per_second) at K ranks and Kb
 the smallest K run at that M (normally 1):
@@ -72,16 +79,24 @@ def trace_bubble(path):
                 for field in ("step_time", "idle_time"):
                     if st.dtype.names is None or field not in st.dtype.names:
                         die(f"{path}: /{name} lacks field '{field}'")
-                fractions.extend(st["idle_time"] / st["step_time"])
+                # the first traced step is the warm-up: left out when there are more
+                fractions.extend((st["idle_time"] / st["step_time"])[1 if len(st) > 1 else 0:])
             return float(np.mean(fractions)) if fractions else None
     except OSError as e:
         die(f"{path}: not a readable HDF5 file ({e})")
 
 
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
 def load_runs(out_dir):
-    runs = {}
+    """{(K, M): point} with the repeats of each point combined (median throughput)."""
+    samples = {}
     files = sorted(f for f in glob.glob(os.path.join(out_dir, "K*_M*.json"))
-                   if re.fullmatch(r"K\d+_M\d+\.json", os.path.basename(f)))
+                   if re.fullmatch(r"K\d+_M\d+(_r\d+)?\.json", os.path.basename(f)))
     if not files:
         die(f"{out_dir}: no run summaries K<k>_M<m>.json")
     for path in files:
@@ -92,15 +107,30 @@ def load_runs(out_dir):
         if missing:
             die(f"{path}: missing key(s) {', '.join(missing)}")
         K, M = int(s.get("cells", s["ranks"])), int(s["micro_batches"])
-        if (K, M) in runs:
-            die(f"{path}: K={K} M={M} again (also in {runs[K, M]['path']})")
         bubble = s.get("bubble_fraction_measured")
         trace = path[:-len(".json")] + ".h5"
         if bubble is None and os.path.exists(trace):
             bubble = trace_bubble(trace)
-        runs[K, M] = {"path": path, "N": int(s["batch_size"]), "X": float(s["samples_per_second"]),
-                      "analytical": s.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)),
-                      "measured": math.nan if bubble is None else float(bubble)}
+        load = (s.get("machine_load") or {}).get("start")
+        samples.setdefault((K, M), []).append(
+            {"path": path, "N": int(s["batch_size"]), "X": float(s["samples_per_second"]),
+             "analytical": s.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)),
+             "measured": math.nan if bubble is None else float(bubble),
+             "load": math.nan if load is None else float(load)})
+    runs = {}
+    for (K, M), reps in samples.items():
+        if len({r["N"] for r in reps}) > 1:
+            die(f"K={K} M={M}: repeats with different batch sizes ({', '.join(r['path'] for r in reps)})")
+        xs = [r["X"] for r in reps]
+        measured = [r["measured"] for r in reps if not math.isnan(r["measured"])]
+        loads = [r["load"] for r in reps if not math.isnan(r["load"])]
+        X = median(xs)
+        runs[K, M] = {"path": reps[0]["path"], "N": reps[0]["N"], "X": X, "X_min": min(xs),
+                      "X_max": max(xs), "repeats": len(reps),
+                      "spread": (max(xs) - min(xs)) / X if X > 0 else math.nan,
+                      "analytical": reps[0]["analytical"],
+                      "measured": median(measured) if measured else math.nan,
+                      "load": max(loads) if loads else math.nan}
     return runs
 
 
@@ -146,7 +176,9 @@ def main():
     print(f"{mode} scaling, {a.out_dir}" + (f", deck {study['deck']}" if "deck" in study else "")
           + (f", N0 = {N0}" if N0 is not None else ""))
     print(f"{'K':>3} {'M':>4} {'N':>6} {'samples/s':>10} {label:>16} {'efficiency':>10} "
-          f"{'predicted':>9} {'bubble meas':>11} {'bubble anal':>11}")
+          f"{'predicted':>9} {'bubble meas':>11} {'bubble anal':>11} {'reps':>4} {'spread%':>7} "
+          f"{'load':>5}")
+    nan = lambda v, spec: "n/a" if math.isnan(v) else format(v, spec)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
     all_k = sorted({K for K, _ in runs})
     Kb_all = set()
@@ -163,9 +195,13 @@ def main():
         for K, s, e, pr in zip(ks, S, E, P):
             r = runs[K, M]
             print(f"{K:>3} {M:>4} {r['N']:>6} {r['X']:>10.1f} {s:>16.3f} {e:>10.3f} {pr:>9.3f} "
-                  f"{'n/a' if math.isnan(r['measured']) else format(r['measured'], '.3f'):>11} "
-                  f"{r['analytical']:>11.3f}")
+                  f"{nan(r['measured'], '.3f'):>11} {r['analytical']:>11.3f} {r['repeats']:>4} "
+                  f"{nan(100 * r['spread'], '.1f'):>7} {nan(r['load'], '.2f'):>5}")
         color = f"C{i % 10}"
+        # min..max of the repeats (zero-length bars for single runs)
+        err = [[(runs[K, M]["X"] - runs[K, M]["X_min"]) / base for K in ks],
+               [(runs[K, M]["X_max"] - runs[K, M]["X"]) / base for K in ks]]
+        ax_s.errorbar(ks, S, yerr=err, fmt="none", ecolor=color, capsize=3, alpha=0.8)
         ax_s.plot(ks, S, "o-", color=color, label=f"M = {M}")
         ax_s.plot(ks, P, "--", color=color, alpha=0.7)
         ax_e.plot(ks, E, "o-", color=color, label=f"M = {M}")

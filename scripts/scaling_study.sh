@@ -15,10 +15,12 @@ and every M of a list, then draws the plots:
   strong   fixed global mini-batch N (the deck's training.batch_size, or --batch)
   weak     N = N0*K (N0: the deck's training.batch_size, or --batch), and
            data.train_limit = L0*K (L0: the deck's, or data.train_limit=L0
-           after --), so every run does the same number of steps
+           after --), so every run does the same number of steps; a study
+           whose L0*P exceeds the training data is refused (not capped)
 Combinations with M > N are skipped. Every run writes OUT/K{k}_M{m}.json (run
-summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output);
-OUT/study.json records the study. At the end: OUT/scaling.png
+summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output), or
+K{k}_M{m}_r{r}.* with --repeats; OUT/study.json records the study. Each
+summary records the machine load at the start of its run (machine_load). At the end: OUT/scaling.png
 (scripts/plot_scaling.py, which also prints the table) and, for the largest K,
 OUT/timeline_K{k}_M{m}.png (scripts/plot_timeline.py). A failed run is
 reported and the study goes on; the exit status is 1 if any run failed.
@@ -29,6 +31,8 @@ options:
   --deck FILE             input deck (default inputs/deep_mlp.yaml)
   --batch N               N (strong) or N0 (weak); default: the deck's batch_size
   --out DIR               output folder (default runs/MODE-YYYYmmdd-HHMMSS)
+  --repeats R             run every point R times (default 1); the plot takes the
+                          median and shows the spread
   --resume                keep the runs of DIR that have a summary, do the others
   --dry-run               print the commands, run nothing
   -h, --help              this help
@@ -59,7 +63,7 @@ case "$1" in
   *) die "first argument must be strong or weak, not '$1' (see --help)" ;;
 esac
 max_ranks="$cores"; mbs="1 2 4 8"; deck="$root/inputs/deep_mlp.yaml"; batch=""; out=""
-resume=false; dry_run=false; extra=()
+resume=false; dry_run=false; extra=(); repeats=1
 need() { if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* ]]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
     --deck) need "$@"; deck="$2"; shift 2 ;;
     --batch) need "$@"; batch="$2"; shift 2 ;;
     --out) need "$@"; out="$2"; shift 2 ;;
+    --repeats) need "$@"; repeats="$2"; shift 2 ;;
     --resume) resume=true; shift ;;
     --dry-run) dry_run=true; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -76,6 +81,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+is_int "$repeats" || die "--repeats must be a positive integer, not '$repeats'"
 is_int "$max_ranks" || die "--max-ranks must be a positive integer, not '$max_ranks'"
 for m in $mbs; do is_int "$m" || die "--micro-batches: '$m' is not a positive integer"; done
 [ -n "${mbs// /}" ] || die "--micro-batches is empty"
@@ -98,6 +104,12 @@ for a in ${extra[@]+"${extra[@]}"}; do
   if [[ "$a" == data.train_limit=* ]]; then limit0="${a#data.train_limit=}"; fi
 done
 limit0="${limit0:-0}"
+if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then  # never ask for more samples than the data holds
+  samples="${DATASET_SAMPLES:-$(python3 "$root/scripts/dataset_samples.py" "$deck" ${extra[@]+"${extra[@]}"} 2>/dev/null || echo 0)}"
+  if [ "$samples" -gt 0 ] && [ $((limit0 * max_ranks)) -gt "$samples" ]; then
+    die "weak scaling to K=$max_ranks needs data.train_limit = $limit0*$max_ranks = $((limit0 * max_ranks)) samples but the training data holds $samples; pass data.train_limit=$((samples / max_ranks)) (or less) after --, or a smaller --max-ranks"
+  fi
+fi
 out="${out:-runs/$mode-$(date +%Y%m%d-%H%M%S)}"
 
 # ---- tools
@@ -136,11 +148,12 @@ if [ -f "$out/study.json" ] && ! $resume && ! $dry_run; then
 fi
 if ! $dry_run; then
   mkdir -p "$out"
-  "$pyjson" - "$out/study.json" "$mode" "$batch" "$deck" "$max_ranks" "$mbs" "$bin" \
+  REPEATS="$repeats" "$pyjson" - "$out/study.json" "$mode" "$batch" "$deck" "$max_ranks" "$mbs" "$bin" \
       ${extra[@]+"${extra[@]}"} <<'EOF'
 import json, os, sys, time
 path, mode, n0, deck, p, mbs, binary, *extra = sys.argv[1:]
 study = {"mode": mode, "N0": int(n0), "deck": deck, "max_ranks": int(p),
+         "repeats": int(os.environ["REPEATS"]),
          "micro_batches": [int(m) for m in mbs.split()], "gpipe_train": binary,
          "extra_args": extra, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 if os.path.exists(path):
@@ -153,15 +166,21 @@ json.dump(study, open(path, "w"), indent=2)
 EOF
 fi
 
-summary_line() {  # K M N json seconds
+summary_line() {  # K M N json seconds requested_train_limit; status 3 if the limit was capped
   "$pyjson" - "$@" <<'EOF'
 import json, sys
-k, m, n, path, secs = sys.argv[1:]
+k, m, n, path, secs, limit = sys.argv[1:]
 s = json.load(open(path))
 measured = s.get("bubble_fraction_measured")
 measured = "n/a" if measured is None else f"{measured:.3f}"
+load = (s.get("machine_load") or {}).get("start")
+load = "n/a" if load is None else f"{load:.2f}"
 print(f"K={k} M={m} N={n}: {s['samples_per_second']:.1f} samples/s, bubble "
-      f"{s['bubble_fraction_analytical']:.3f} analytical, {measured} measured, {secs} s")
+      f"{s['bubble_fraction_analytical']:.3f} analytical, {measured} measured, {secs} s, load {load}")
+got = s.get("train_samples")
+if int(limit) and got is not None and got < int(limit):
+    print(f"    CAPPED: data.train_limit = {limit} but the run trained on {got} samples", file=sys.stderr)
+    sys.exit(3)
 EOF
 }
 
@@ -172,8 +191,10 @@ failed=0
 for ((k = 1; k <= max_ranks; k++)); do
   n=$([ "$mode" = strong ] && echo "$batch" || echo $((batch * k)))
   for m in $mbs; do
+   if [ "$m" -gt "$n" ]; then echo "K=$k M=$m N=$n: skipped (M > N)"; continue; fi
+   for ((r = 1; r <= repeats; r++)); do
     name="$out/K${k}_M${m}"
-    if [ "$m" -gt "$n" ]; then echo "K=$k M=$m N=$n: skipped (M > N)"; continue; fi
+    [ "$repeats" -eq 1 ] || name="${name}_r$r"
     if $resume && [ -f "$name.json" ]; then echo "K=$k M=$m N=$n: kept ($name.json exists)"; continue; fi
     cmd=("${launcher[@]}")
     if $openmpi && [ "$k" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
@@ -181,12 +202,15 @@ for ((k = 1; k <= max_ranks; k++)); do
           --summary "$name.json")
     if $trace; then cmd+=(--trace "$name.h5"); fi
     cmd+=(${extra[@]+"${extra[@]}"})
-    if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then cmd+=(--set "data.train_limit=$((limit0 * k))"); fi
+    want=0
+    if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then
+      want=$((limit0 * k)); cmd+=(--set "data.train_limit=$want")
+    fi
     if $dry_run; then echo "${cmd[*]}"; continue; fi
     rm -f "$name.json" "$name.h5"
     start=$SECONDS
     if "${cmd[@]}" >"$name.log" 2>&1; then
-      summary_line "$k" "$m" "$n" "$name.json" $((SECONDS - start))
+      summary_line "$k" "$m" "$n" "$name.json" $((SECONDS - start)) "$want" || failed=$((failed + 1))
     else
       status=$?
       failed=$((failed + 1))
@@ -196,6 +220,7 @@ for ((k = 1; k <= max_ranks; k++)); do
       mapfile -t lines <<<"$errors"
       printf '    %s\n' "${lines[@]}"
     fi
+   done
   done
 done
 $dry_run && exit 0
@@ -214,6 +239,7 @@ elif compgen -G "$out/K*_M*.json" >/dev/null; then
   done
   for m in $mbs; do
     f="$out/K${kmax}_M${m}.h5"
+    [ -f "$f" ] || f="$out/K${kmax}_M${m}_r1.h5"  # --repeats: the first repeat
     if [ -f "$f" ]; then
       "$py" "$root/scripts/plot_timeline.py" "$f" -o "$out/timeline_K${kmax}_M${m}.png" >/dev/null \
         && echo "wrote $out/timeline_K${kmax}_M${m}.png" || plot_failed=1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Submits a GPipe scaling study to Slurm: one job per K (ranks) and M
-# (micro-batches), each running scripts/slurm/{strong,weak}_scaling.sbatch.
+# (micro-batches), or one job sweeping them all (--one-job), running
+# scripts/slurm/{strong,weak}_scaling.sbatch.
 # See docs/scaling-studies.md, "On a Slurm cluster".
 set -euo pipefail
 
@@ -10,12 +11,14 @@ usage() {
   cat <<'EOF'
 usage: scripts/slurm/submit_study.sh strong|weak [options] [-- extra gpipe-train args]
 
-Submits one job per K and M with scripts/slurm/MODE_scaling.sbatch and writes
-OUT/study.json. Each job writes OUT/K{k}_M{m}.json, OUT/K{k}_M{m}.h5 and its
-log OUT/K{k}_M{m}-JOBID.out. A job with K ranks gets ceil(K/T) nodes with at
-most T ranks each and, when G > 0, one GPU per rank. Combinations with M > N
-are skipped. Weak scaling also scales data.train_limit with K (see
-weak_scaling.sbatch). When the jobs are done:  scripts/plot_scaling.py OUT
+Submits one job per K and M with scripts/slurm/MODE_scaling.sbatch (or, with
+--one-job, one job of max(K) ranks that runs every point as a job step) and
+writes OUT/study.json. Each point writes OUT/K{k}_M{m}.json, .h5 and .log
+(K{k}_M{m}_r{r}.* with --repeats); the job log is OUT/*-JOBID.out. A job with
+K ranks gets ceil(K/T) nodes with at most T ranks each and, when G > 0, one GPU
+per rank. Combinations with M > N are skipped. Weak scaling also scales
+data.train_limit with K and refuses a K whose limit exceeds the training data
+(see weak_scaling.sbatch). When the jobs are done:  scripts/plot_scaling.py OUT
 
 options:
   --ranks "LIST"          values of K (default "1 2 4 8")
@@ -26,6 +29,8 @@ options:
   --deck FILE             input deck (default inputs/deep_mlp.yaml)
   --batch N               N (strong) or N0 (weak: N = N0*K); default: the deck's
   --out DIR               output folder (default runs/MODE-slurm-YYYYmmdd-HHMMSS)
+  --repeats R             runs per point (default 1); plot_scaling.py takes the median
+  --one-job               one job for all points instead of one job per point
   --sbatch-args "ARGS"    more sbatch options (default: $SBATCH_ARGS), e.g.
                           "--partition=gpu --account=abc123 --time=00:20:00"
   --dry-run               print the sbatch commands, submit nothing
@@ -47,6 +52,7 @@ case "$1" in
 esac
 ranks="1 2 4 8"; mbs="1 4 16 32"; tpn="${TASKS_PER_NODE:-4}"; gpn="${GPUS_PER_NODE:-0}"
 deck="$root/inputs/deep_mlp.yaml"; batch=""; out=""; sbatch_args="${SBATCH_ARGS:-}"; dry_run=false
+repeats=1; one_job=false
 extra=()
 need() { if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* && "$1" != --sbatch-args ]]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
@@ -59,6 +65,8 @@ while [ $# -gt 0 ]; do
     --batch) need "$@"; batch="$2"; shift 2 ;;
     --out) need "$@"; out="$2"; shift 2 ;;
     --sbatch-args) need "$@"; sbatch_args="$2"; shift 2 ;;
+    --repeats) need "$@"; repeats="$2"; shift 2 ;;
+    --one-job) one_job=true; shift ;;
     --dry-run) dry_run=true; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
@@ -68,6 +76,7 @@ done
 is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 for k in $ranks; do is_int "$k" || die "--ranks: '$k' is not a positive integer"; done
 for m in $mbs; do is_int "$m" || die "--micro-batches: '$m' is not a positive integer"; done
+is_int "$repeats" || die "--repeats must be a positive integer, not '$repeats'"
 is_int "$tpn" || die "--tasks-per-node must be a positive integer, not '$tpn'"
 [[ "$gpn" =~ ^[0-9]+$ ]] || die "--gpus-per-node must be a number, not '$gpn'"
 if [ "$gpn" -gt 0 ] && [ "$gpn" -lt "$tpn" ]; then
@@ -93,11 +102,12 @@ command -v sbatch >/dev/null || $dry_run || die "sbatch not found (not on a Slur
 
 if ! $dry_run; then
   mkdir -p "$out"
-  python3 - "$out/study.json" "$mode" "$batch" "$deck" "$ranks" "$mbs" "$tpn" "$gpn" \
+  REPEATS="$repeats" python3 - "$out/study.json" "$mode" "$batch" "$deck" "$ranks" "$mbs" "$tpn" "$gpn" \
       ${extra[@]+"${extra[@]}"} <<'EOF'
 import json, sys, time
 path, mode, n0, deck, ranks, mbs, tpn, gpn, *extra = sys.argv[1:]
 json.dump({"mode": mode, "N0": int(n0), "deck": deck, "ranks": [int(k) for k in ranks.split()],
+           "repeats": int(__import__("os").environ["REPEATS"]),
            "micro_batches": [int(m) for m in mbs.split()], "tasks_per_node": int(tpn),
            "gpus_per_node": int(gpn), "launcher": "slurm", "extra_args": extra,
            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, open(path, "w"), indent=2)
@@ -105,11 +115,43 @@ EOF
 fi
 
 export DECK="$deck" OUT="$out" GPIPE_TRAIN="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
+export GPIPE_ROOT="$root" REPEATS="$repeats"
 export EXTRA_ARGS="${extra[*]+${extra[*]}}"
 for a in ${extra[@]+"${extra[@]}"}; do  # weak: data.train_limit=L0 after -- is scaled by K
   if [[ "$a" == data.train_limit=* ]]; then export TRAIN_LIMIT="${a#data.train_limit=}"; fi
 done
+if [ "$mode" = weak ]; then  # never ask for more samples than the data holds
+  limit0="${TRAIN_LIMIT:-$(sed -n 's/^[[:space:]]*train_limit:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$deck" | head -n 1)}"
+  # shellcheck disable=SC2086
+  export DATASET_SAMPLES="${DATASET_SAMPLES:-$(python3 "$root/scripts/dataset_samples.py" "$deck" $EXTRA_ARGS 2>/dev/null || echo 0)}"
+  for k in $ranks; do
+    if [ "${limit0:-0}" -gt 0 ] && [ "$DATASET_SAMPLES" -gt 0 ] && [ $((limit0 * k)) -gt "$DATASET_SAMPLES" ]; then
+      die "weak scaling at K=$k needs data.train_limit = $limit0*$k = $((limit0 * k)) samples but the training data holds $DATASET_SAMPLES; lower it to $((DATASET_SAMPLES / k)) or less (data.train_limit=L0 after --) or drop K=$k"
+    fi
+  done
+fi
 jobs=0
+unset KS MS  # one point per job unless --one-job
+if $one_job; then
+  kmax=0
+  for k in $ranks; do [ "$k" -le "$kmax" ] || kmax="$k"; done
+  nodes=$(( (kmax + tpn - 1) / tpn )); per_node=$(( kmax < tpn ? kmax : tpn ))
+  cmd=(sbatch --parsable --job-name="gpipe-$mode-sweep" --nodes="$nodes" --ntasks="$kmax"
+       --ntasks-per-node="$per_node" --output="$out/sweep-%j.out")
+  if [ "$gpn" -gt 0 ]; then cmd+=(--gpus-per-node="$per_node"); fi
+  # shellcheck disable=SC2206  # more sbatch options, split on purpose
+  cmd+=($sbatch_args "$script")
+  if [ "$mode" = strong ]; then export N="$batch"; env="N=$batch"; else export N0="$batch"; env="N0=$batch"; fi
+  export KS="$ranks" MS="$mbs"
+  if $dry_run; then
+    echo "K in {$ranks}, M in {$mbs}: KS=\"$ranks\" MS=\"$mbs\" REPEATS=$repeats $env ${cmd[*]}"
+    exit 0
+  fi
+  id="$("${cmd[@]}")"
+  echo "one job $id: K in {$ranks}, M in {$mbs}, $repeats repeat(s) ($nodes node(s), $per_node ranks per node)"
+  echo "when it is done (squeue --me):  scripts/plot_scaling.py $out"
+  exit 0
+fi
 for k in $ranks; do
   n=$([ "$mode" = strong ] && echo "$batch" || echo $((batch * k)))
   nodes=$(( (k + tpn - 1) / tpn ))
@@ -124,7 +166,7 @@ for k in $ranks; do
     if [ "$mode" = strong ]; then export N="$n"; env="N=$n"; else export N0="$batch"; env="N0=$batch"; fi
     export M="$m"
     if $dry_run; then
-      echo "K=$k M=$m: M=$m $env ${cmd[*]}"
+      echo "K=$k M=$m: M=$m REPEATS=$repeats $env ${cmd[*]}"
     else
       id="$("${cmd[@]}")"
       echo "K=$k M=$m N=$n: job $id ($nodes node(s), $per_node ranks per node$([ "$gpn" -gt 0 ] && echo ", one GPU each"))"

@@ -82,8 +82,8 @@ double GatheredTrace::measured_bubble() const {
   double sum = 0;
   std::size_t count = 0;
   for (const auto& rank_steps : steps)
-    for (const auto& s : rank_steps) {
-      sum += s.idle_fraction;
+    for (std::size_t i = rank_steps.size() > 1 ? 1 : 0; i < rank_steps.size(); ++i) {
+      sum += rank_steps[i].idle_fraction;
       ++count;
     }
   return count ? sum / double(count) : 0.0;

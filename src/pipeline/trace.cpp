@@ -8,6 +8,11 @@ namespace gpipe {
 
 double Tracer::now() const { return MPI_Wtime() - origin_; }
 
+bool Tracer::wants(std::int64_t step, std::int64_t every) const {
+  if (every > 0 && step % every == 0) return true;
+  return steps_.size() == 1 && steps_.front().step == step - 1;
+}
+
 void Tracer::begin_step(std::int64_t step, bool record) {
   recording_ = record;
   step_ = step;

@@ -148,7 +148,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
                                     "at least training.micro_batches = {} samples (n >= {})",
                                     n, D, M, std::int64_t(D) * M));
   const double lr = next_learning_rate();
-  const bool record = !deck_.trace.file.empty() && steps_done_ % deck_.trace.every == 0;
+  const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
   {
     const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);

@@ -29,7 +29,8 @@ struct TraceHeader {
 struct GatheredTrace {
   std::vector<std::vector<TraceEvent>> events;  ///< [rank]
   std::vector<std::vector<StepSummary>> steps;  ///< [rank]
-  /// Mean over ranks and recorded steps of idle_time / step_time.
+  /// Mean over ranks and recorded steps of idle_time / step_time, without
+  /// each rank's first recorded step (the warm-up) when it recorded more.
   double measured_bubble() const;
   /// Communication per recorded step and rank, split into its two parts.
   struct Communication {

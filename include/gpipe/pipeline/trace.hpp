@@ -53,6 +53,11 @@ class Tracer {
  public:
   explicit Tracer(double origin) : origin_(origin) {}
 
+  /// Whether step `step` should be recorded when every `every`-th step is:
+  /// step % every == 0, and also the step right after the first recorded one
+  /// while that is the only one (the first step of a run is a warm-up, so it
+  /// is never the only traced step).
+  bool wants(std::int64_t step, std::int64_t every) const;
   /// Starts step `step`; events are recorded only if `record`.
   void begin_step(std::int64_t step, bool record);
   /// Appends an event timed by the caller (an operation that overlaps the

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The batch-job scripts' logic without a cluster or a run: the Slurm job body
+# (scripts/slurm/scaling_job.sh through the .sbatch files) and the study
+# scripts in their dry-run modes, scripts/dataset_samples.py on a generated IDX
+# file, and plot_scaling.py on repeated points.
+# usage: test_batch_scripts.sh SOURCE_DIR
+set -uo pipefail
+root="$(cd "$1" && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$root" || exit 2
+passed=0 failed=0
+ok() { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+# expect NAME STATUS PATTERN OUTPUT: exit status and an extended regex the output must match
+expect() {
+  local name="$1" want="$2" status="$3" pattern="$4" output="$5"
+  if [ "$status" -ne "$want" ]; then fail "$name: exit status $status, expected $want"$'\n'"$output"; return; fi
+  if ! grep -Eq -- "$pattern" <<<"$output"; then fail "$name: no match for '$pattern' in"$'\n'"$output"; return; fi
+  ok
+}
+count() { grep -c -- "$1" <<<"$2"; }
+
+# ---- Slurm job body, dry run: a sweep of (K, M) points in one job
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=4 SLURM_CPUS_PER_TASK=2 \
+       SLURM_TASKS_PER_NODE="2(x2)" KS="1 2 4" MS="1 4" OUT="$work/s" \
+       bash scripts/slurm/strong_scaling.sbatch 2>&1)"
+expect "sweep runs" 0 $? "K in \{1 2 4\}, M in \{1 4\}" "$out"
+[ "$(count '^srun ' "$out")" -eq 6 ] && ok || fail "sweep: expected 6 job steps"$'\n'"$out"
+[ "$(count '--cpus-per-task=2' "$out")" -eq 6 ] && ok || fail "srun lacks --cpus-per-task=2"$'\n'"$out"
+expect "K=4 spans 2 nodes" 0 0 "srun --ntasks=4 --nodes=2 .*training.micro_batches=4 --summary $work/s/K4_M4.json" "$out"
+expect "K=1 on 1 node" 0 0 "srun --ntasks=1 --nodes=1 " "$out"
+
+# one point (K = the job's tasks), repeated, with GPUs: one GPU per task
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=2 SLURM_GPUS_ON_NODE=2 \
+       M=2 REPEATS=3 OUT="$work/g" bash scripts/slurm/strong_scaling.sbatch 2>&1)"
+expect "GPU point" 0 $? "srun --ntasks=2 --nodes=1 --cpus-per-task=1 --gpus-per-task=1 .*K2_M2_r3.json" "$out"
+[ "$(count '^srun ' "$out")" -eq 3 ] && ok || fail "REPEATS=3: expected 3 job steps"$'\n'"$out"
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=4 SLURM_GPUS_ON_NODE=2 \
+       M=2 OUT="$work/g" bash scripts/slurm/strong_scaling.sbatch 2>&1)"
+expect "too few GPUs" 2 $? "2 GPUs per node for 4 ranks per node" "$out"
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=2 KS="1 4" M=2 \
+       OUT="$work/g" bash scripts/slurm/strong_scaling.sbatch 2>&1)"
+expect "K beyond the job" 2 $? "K = 4 > the job's 2 tasks" "$out"
+
+# weak scaling never asks for more samples than the data set holds
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=4 KS="2 4" M=2 \
+       DATASET_SAMPLES=60000 OUT="$work/w" bash scripts/slurm/weak_scaling.sbatch 2>&1)"
+expect "weak refuses K=4" 1 $? "K=4: REFUSED: weak scaling needs data.train_limit = 15360\*4 = 61440 samples but the training data holds 60000" "$out"
+expect "weak K=2 scaled" 0 0 "srun --ntasks=2 .*training.batch_size=512 .*--set data.train_limit=30720" "$out"
+
+# the templates: exclusive nodes for timing, the stop signal with a margin
+for f in scripts/slurm/strong_scaling.sbatch scripts/slurm/weak_scaling.sbatch scripts/slurm/train.sbatch; do
+  grep -q '^#SBATCH --signal=USR1@' "$f" && ok || fail "$f: no #SBATCH --signal=USR1@margin"
+done
+for f in scripts/slurm/strong_scaling.sbatch scripts/slurm/weak_scaling.sbatch; do
+  grep -q '^#SBATCH --exclusive' "$f" && ok || fail "$f: timing job without #SBATCH --exclusive"
+done
+
+# ---- submit_study.sh: one job for all points; weak refused up front
+out="$(DATASET_SAMPLES=60000 bash scripts/slurm/submit_study.sh strong --ranks "1 2 8" --micro-batches "4 16" \
+       --tasks-per-node 4 --repeats 2 --one-job --dry-run 2>&1)"
+expect "one job" 0 $? "KS=\"1 2 8\" MS=\"4 16\" REPEATS=2 N=256 sbatch --parsable --job-name=gpipe-strong-sweep --nodes=2 --ntasks=8 --ntasks-per-node=4" "$out"
+[ "$(count 'sbatch ' "$out")" -eq 1 ] && ok || fail "--one-job: expected one sbatch"$'\n'"$out"
+out="$(DATASET_SAMPLES=60000 bash scripts/slurm/submit_study.sh weak --ranks "1 2 4" --dry-run 2>&1)"
+expect "submit weak refused" 2 $? "weak scaling at K=4 needs data.train_limit = 15360\*4 = 61440 samples but the training data holds 60000; lower it to 15000" "$out"
+out="$(DATASET_SAMPLES=60000 bash scripts/slurm/submit_study.sh weak --ranks "1 4" --dry-run -- --set data.train_limit=15000 2>&1)"
+expect "submit weak with a lower limit" 0 $? "K=4 M=32: .*N0=256 sbatch" "$out"
+
+# ---- local study: refusal and repeats
+out="$(DATASET_SAMPLES=60000 MPIRUN=false bash scripts/scaling_study.sh weak --max-ranks 4 --dry-run 2>&1)"
+expect "local weak refused" 2 $? "needs data.train_limit = 15360\*4 = 61440 samples but the training data holds 60000; pass data.train_limit=15000" "$out"
+out="$(DATASET_SAMPLES=60000 MPIRUN=false bash scripts/scaling_study.sh strong --max-ranks 2 --micro-batches 4 \
+       --repeats 3 --out "$work/l" --dry-run 2>&1)"
+expect "local repeats" 0 $? "-n 2 .*--summary $work/l/K2_M4_r3.json" "$out"
+[ "$(count 'gpipe-train ' "$out")" -eq 6 ] && ok || fail "local: expected 2 K x 3 repeats"$'\n'"$out"
+
+# ---- dataset_samples.py on a generated IDX label file (gzip) and on a bad deck
+python3 - "$work" <<'EOF'
+import gzip, struct, sys
+with gzip.open(f"{sys.argv[1]}/labels.gz", "wb") as f:
+    f.write(struct.pack(">BBBBI", 0, 0, 8, 1, 1234) + bytes(1234))
+open(f"{sys.argv[1]}/deck.yaml", "w").write(
+    f"data: {{format: idx, train_labels: {sys.argv[1]}/labels.gz}}\n")
+EOF
+out="$(python3 scripts/dataset_samples.py "$work/deck.yaml" 2>&1)"
+expect "dataset_samples" 0 $? "^1234$" "$out"
+out="$(python3 scripts/dataset_samples.py "$work/deck.yaml" --set "data.train_labels=$work/none.gz" 2>/dev/null)"
+expect "dataset_samples unknown" 0 $? "^0$" "$out"
+
+# ---- plot_scaling.py: repeats give the median, the spread and the load
+py=""
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$p" -c 'import matplotlib' 2>/dev/null; then py="$p"; break; fi
+done
+if [ -n "$py" ]; then
+  mkdir -p "$work/p"
+  "$py" - "$work/p" <<'EOF'
+import json, sys
+d = sys.argv[1]
+json.dump({"mode": "strong", "N0": 64, "deck": "x.yaml"}, open(f"{d}/study.json", "w"))
+for k, xs in ((1, (100.0, 90.0, 110.0)), (2, (150.0, 190.0, 180.0))):
+    for r, x in enumerate(xs, 1):
+        json.dump({"ranks": k, "micro_batches": 4, "batch_size": 64, "samples_per_second": x,
+                   "bubble_fraction_analytical": (k - 1) / (4 + k - 1),
+                   "machine_load": {"start": 0.5 * r}}, open(f"{d}/K{k}_M4_r{r}.json", "w"))
+EOF
+  out="$("$py" scripts/plot_scaling.py "$work/p" -o "$work/p/s.png" 2>&1)"
+  # K=2: median 180 / median 100 = 1.8; spread (190-150)/180 = 22.2 %; load max 1.50
+  expect "plot repeats" 0 $? "^  2    4     64      180.0            1.800      0.900 .* 3    22.2  1.50$" "$out"
+  expect "plot repeats K=1" 0 0 "^  1    4     64      100.0 .* 3    20.0  1.50$" "$out"
+else
+  echo "skipped: plot_scaling.py (no python3 with matplotlib)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
