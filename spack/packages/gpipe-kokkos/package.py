@@ -3,16 +3,26 @@
 # systems (CMakePackage, CudaPackage, ROCmPackage) already in scope. Usage and the
 # Kokkos options the library needs: docs/porting.md.
 #
+# Versions come from git: `main` is the branch of the repository this recipe
+# lives in (the clone that holds spack/), or of GPIPE_KOKKOS_GIT when that
+# environment variable names another clone or a server URL. Tags v<X.Y.Z> become
+# versions once they exist (add version("X.Y.Z", tag="vX.Y.Z", commit="<sha>")).
+#
 # Examples
 #   spack repo add spack
-#   spack install gpipe-kokkos                                      # Kokkos Serial, OpenBLAS
-#   spack install gpipe-kokkos +openmp
-#   spack install gpipe-kokkos +cuda cuda_arch=90 ^kokkos+wrapper   # H100 (Kokkos_ARCH_HOPPER90)
-#   spack install gpipe-kokkos +cuda cuda_arch=80 ^kokkos+wrapper   # A100 (Kokkos_ARCH_AMPERE80)
-#   spack install gpipe-kokkos +rocm amdgpu_target=gfx90a           # MI250X
-#   spack install gpipe-kokkos +sycl %oneapi ^kokkos intel_gpu_arch=intel_pvc
+#   spack install gpipe-kokkos@main                                      # Kokkos Serial, OpenBLAS
+#   spack install gpipe-kokkos@main +openmp
+#   spack install gpipe-kokkos@main +cuda cuda_arch=90 ^kokkos+wrapper   # H100 (Kokkos_ARCH_HOPPER90)
+#   spack install gpipe-kokkos@main +cuda cuda_arch=80 ^kokkos+wrapper   # A100 (Kokkos_ARCH_AMPERE80)
+#   spack install gpipe-kokkos@main +rocm amdgpu_target=gfx90a           # MI250X
+#   spack install gpipe-kokkos@main +sycl %oneapi ^kokkos intel_gpu_arch=intel_pvc
+
+import os
 
 from spack.package import *
+
+# The repository root: spack/packages/gpipe-kokkos/package.py is three levels down.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
@@ -21,22 +31,18 @@ class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
     and Kokkos Kernels BLAS (any Kokkos backend), MPI point-to-point between
     cells, parallel-HDF5 checkpoints."""
 
-    # PLACEHOLDER: neither address exists. Replace both with the project's real
-    # repository before using this recipe for anything but a local checkout
-    # (for a local checkout: `spack develop gpipe-kokkos@main` in an environment).
-    homepage = "https://git.example.org/REPLACE-ME/gpipe-kokkos"
-    git = "https://git.example.org/REPLACE-ME/gpipe-kokkos.git"
+    # git: a clone reachable from the build machine. By default the clone this
+    # recipe came from (file://); GPIPE_KOKKOS_GIT overrides it (a site mirror).
+    git = os.environ.get("GPIPE_KOKKOS_GIT", "file://" + _CHECKOUT)
+    homepage = git
 
     version("main", branch="main")
-    # The tag v0.1.0 does not exist yet: create it, then add commit="<sha>" here
-    # (or switch to url= + sha256= of a release tarball).
-    version("0.1.0", tag="v0.1.0")
 
     # --- variants -----------------------------------------------------------
     # Backends: +cuda cuda_arch=.. and +rocm amdgpu_target=.. come from the
     # CudaPackage / ROCmPackage mixins; without a device backend the build uses
     # Kokkos' host backend (Serial, or OpenMP with +openmp).
-    variant("openmp", default=False, description="Require Kokkos' OpenMP host backend")
+    variant("openmp", default=False, description="Kokkos' OpenMP host backend (threads per rank)")
     variant("sycl", default=False, description="Kokkos SYCL backend (Intel GPUs, icpx)")
 
     # Kokkos compiles for exactly one GPU architecture: make ours single-valued
