@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <tuple>
 #include <fmt/format.h>
 #include <fstream>
@@ -20,6 +22,8 @@
 #include "gpipe/io/trace_file.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
+#include "gpipe/train/stop_signal.hpp"
+#include "run_record.hpp"
 
 namespace {
 
@@ -32,6 +36,9 @@ struct Options {
   std::string summary;
   std::string restart;
   std::string trace;
+  bool quiet = false;    // warnings and errors only
+  bool verbose = false;  // also debug messages (the run record), with timestamps
+  std::vector<std::string> command_line;
 };
 
 // Writes `text` to `path` atomically: a temporary file, then rename().
@@ -118,11 +125,12 @@ template <class T>
 nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                        const std::vector<std::int64_t>& bytes,
                        const std::vector<gpipe::EpochReport>& reports,
-                       const gpipe::GatheredTrace& trace, double wall_seconds) {
+                       const gpipe::GatheredTrace& trace, double wall_seconds,
+                       const nlohmann::json& run, const gpipe::Dataset& train_set,
+                       const gpipe::Dataset& test_set) {
   const auto& p = pipeline.partition();
   const int K = p.cells(), M = deck.training.micro_batches;
   nlohmann::json j;
-  const auto& r = reports.back();
   j["version"] = GPIPE_VERSION_STRING;
   j["build"] = gpipe::build_description();
   j["deck"] = deck.path;
@@ -151,6 +159,14 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                           {"allreduce_overlap_fraction", c.overlap_fraction}};
   }
   j["activation_bytes_per_cell"] = bytes;
+  j["train_samples"] = train_set.samples;
+  j["test_samples"] = test_set.samples;
+  j["run"] = run;
+  j["machine_load"] = run["machine_load"];
+  j["history"] = nlohmann::json::array();
+  j["wall_seconds"] = wall_seconds;
+  if (reports.empty()) return j;  // stopped by a signal in the first epoch of this run
+  const auto& r = reports.back();
   j["test_accuracy"] = r.test.accuracy;
   j["test_loss"] = r.test.loss;
   j["train_loss"] = r.train_loss;
@@ -166,7 +182,6 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                             {"samples_per_second", e.samples_per_second}});
   }
   j["samples_per_second"] = samples / train_seconds;
-  j["wall_seconds"] = wall_seconds;
   return j;
 }
 
@@ -209,11 +224,49 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     return kExitInputError;
 
   const auto bytes = pipeline->gather_activation_bytes();
-  if (root) print_partition(deck, *pipeline, bytes, train_set, test_set);
+  if (root && !options.quiet) print_partition(deck, *pipeline, bytes, train_set, test_set);
+  if (root && deck.data.train_limit > train_set.samples)
+    spdlog::warn("data.train_limit = {} but {} holds {} samples: training on {} (a weak-scaling "
+                 "study would not do the same steps per K)",
+                 deck.data.train_limit, train_set.name, train_set.samples, train_set.samples);
+  // Partial checkpoints (*.tmp) of an earlier run killed while writing: removed before this run
+  // writes any. A signal-forced checkpoint without checkpoint.directory goes to ".".
+  const std::string ckpt_dir = deck.checkpoint.directory.empty() ? "." : deck.checkpoint.directory;
+  if (root)
+    for (const auto& stale : gpipe::remove_partial_checkpoints(ckpt_dir))
+      spdlog::info("removed the partial checkpoint {} of an earlier run", stale);
 
+  nlohmann::json run;
+  {
+    const auto hosts = gpipe_train::sample_hosts(MPI_COMM_WORLD);
+    if (root) {
+      run = gpipe_train::start_record(deck, options.command_line, hosts, ranks);
+      spdlog::debug("run record: {}", run.dump());
+    }
+  }
+  int stopped_by = 0;
+  // Fault injection for tests: GPIPE_FAULT_SIGNAL_AT_STEP=S makes the last rank send itself
+  // SIGTERM once S steps are done, as a batch system would (deterministically mid-epoch).
+  const char* fault = std::getenv("GPIPE_FAULT_SIGNAL_AT_STEP");
+  const std::int64_t fault_step = fault ? std::atoll(fault) : -1;
+  const auto stop = [&] {
+    if (rank == ranks - 1 && pipeline->steps_done() == fault_step) std::raise(SIGTERM);
+    return (stopped_by = gpipe::stop_agreed(MPI_COMM_WORLD)) != 0;
+  };
   const double start = MPI_Wtime();
-  const auto reports = gpipe::fit(*pipeline, train_set, test_set, root ? &std::cout : nullptr);
+  gpipe::Driver<T> driver(*pipeline, root && !options.quiet ? &std::cout : nullptr);
+  driver.set_stop(stop);
+  const auto reports = driver.fit(train_set, test_set);
   const double seconds = MPI_Wtime() - start;
+  {
+    const auto hosts = gpipe_train::sample_hosts(MPI_COMM_WORLD);
+    if (root) gpipe_train::finish_record(run, hosts);
+  }
+  if (root && stopped_by != 0) {
+    run["stopped"] = {{"signal", gpipe::signal_name(stopped_by)},
+                      {"step", pipeline->steps_done()},
+                      {"checkpoint", gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done())}};
+  }
 
   const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
   if (root && !deck.trace.file.empty()) {
@@ -227,17 +280,32 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     header.remat = gpipe::to_string(deck.pipeline.remat);
     header.deck = deck.path;
     header.bubble_fraction_analytical = gpipe::bubble_fraction(header.cells, header.micro_batches);
+    header.run_record = run.dump();
     gpipe::write_trace_file(deck.trace.file, header, trace);
-    fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
-               trace.measured_bubble(), header.bubble_fraction_analytical);
+    if (!options.quiet)
+      fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
+                 trace.measured_bubble(), header.bubble_fraction_analytical);
+  }
+  if (stopped_by != 0) {
+    if (root && !options.summary.empty())
+      write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
+                                                train_set, test_set).dump(2) + "\n");
+    if (root)
+      std::cerr << fmt::format("gpipe-train: stopped by {} after step {}: checkpoint {} written; "
+                               "continue with --restart latest (exit status {})\n",
+                               gpipe::signal_name(stopped_by), pipeline->steps_done(),
+                               gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done()),
+                               gpipe::kExitStoppedBySignal);
+    return gpipe::kExitStoppedBySignal;
   }
   if (reports.empty()) {
     if (root) fmt::print("gpipe-train: nothing to train: the checkpoint is already at the last epoch\n");
     return 0;
   }
   if (root && !options.summary.empty()) {
-    write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds).dump(2) + "\n");
-    fmt::print("summary written to {}\n", options.summary);
+    write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
+                                              train_set, test_set).dump(2) + "\n");
+    if (!options.quiet) fmt::print("summary written to {}\n", options.summary);
   }
   return 0;
 }
@@ -245,7 +313,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options options;
+  options.command_line.assign(argv, argv + argc);  // before Kokkos takes its options out
   gpipe::Runtime runtime(argc, argv);
+  gpipe::install_stop_handlers();  // SIGTERM / SIGUSR1: finish the step, checkpoint, exit 75
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -259,7 +330,6 @@ int main(int argc, char** argv) {
       "The deck format is documented in docs/input-deck.md. Kokkos options (--kokkos-...) are "
       "accepted too.",
       "gpipe-train"};
-  Options options;
   app.add_option("deck", options.deck, "YAML input deck (model, data, training, optimizer, pipeline)")
       ->required();
   app.add_option("--set", options.sets,
@@ -277,6 +347,11 @@ int main(int argc, char** argv) {
                  "Record a timeline of every trace.every-th step on every rank into this HDF5 file "
                  "(same as --set trace.file=PATH)")
       ->type_name("PATH.h5");
+  auto* quiet = app.add_flag("-q,--quiet", options.quiet,
+                             "Print warnings and errors only (no partition, progress or epoch lines)");
+  app.add_flag("-v,--verbose", options.verbose,
+               "Also print debug messages (the run record), with timestamps")
+      ->excludes(quiet);
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
   // Kokkos consumes the --kokkos-* options it knows; let other Kokkos
   // versions' options through rather than reject them.
@@ -288,6 +363,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
   }
+  spdlog::set_level(options.quiet ? spdlog::level::warn
+                                  : options.verbose ? spdlog::level::debug : spdlog::level::info);
+  if (options.verbose) spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] gpipe-train: %l: %v");
 
   gpipe::Deck deck;
   std::string error;

@@ -26,26 +26,36 @@ Runtime::~Runtime() {
   if (owns_mpi_) MPI_Finalize();
 }
 
-std::string build_description() {
-  std::ostringstream out;
-  out << "gpipe-kokkos " << GPIPE_VERSION_STRING << "\n";
-  out << "Kokkos " << KOKKOS_VERSION / 10000 << "." << (KOKKOS_VERSION / 100) % 100 << "."
-      << KOKKOS_VERSION % 100 << ", execution space " << ExecSpace::name() << ", memory space "
-      << MemSpace::name() << "\n";
+BuildInfo build_info() {
+  BuildInfo b;
+  b.gpipe = GPIPE_VERSION_STRING;
+  std::ostringstream kokkos;
+  kokkos << KOKKOS_VERSION / 10000 << "." << (KOKKOS_VERSION / 100) % 100 << "." << KOKKOS_VERSION % 100;
+  b.kokkos = kokkos.str();
+  b.execution_space = ExecSpace::name();
+  b.memory_space = MemSpace::name();
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
   int length = 0;
   MPI_Get_library_version(mpi_version, &length);
-  std::string mpi(mpi_version, static_cast<size_t>(length));
-  if (auto cut = mpi.find_first_of(",\n"); cut != std::string::npos) mpi.resize(cut);
+  b.mpi.assign(mpi_version, static_cast<size_t>(length));
+  if (auto cut = b.mpi.find_first_of(",\n"); cut != std::string::npos) b.mpi.resize(cut);
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
-  out << "HDF5 " << major << "." << minor << "." << release << "\n";
-  out << "MPI: " << mpi << ", GPU-aware MPI: "
+  b.hdf5 = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 #ifdef GPIPE_ENABLE_GPU_AWARE_MPI
-      << "on";
-#else
-      << "off (host staging)";
+  b.gpu_aware_mpi = true;
 #endif
+  return b;
+}
+
+std::string build_description() {
+  const BuildInfo b = build_info();
+  std::ostringstream out;
+  out << "gpipe-kokkos " << b.gpipe << "\n";
+  out << "Kokkos " << b.kokkos << ", execution space " << b.execution_space << ", memory space "
+      << b.memory_space << "\n";
+  out << "HDF5 " << b.hdf5 << "\n";
+  out << "MPI: " << b.mpi << ", GPU-aware MPI: " << (b.gpu_aware_mpi ? "on" : "off (host staging)");
   return out.str();
 }
 

@@ -97,6 +97,19 @@ std::string latest_checkpoint(const std::string& directory) {
   return found.back().second;
 }
 
+std::vector<std::string> remove_partial_checkpoints(const std::string& directory) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  static const std::regex partial(R"(ckpt_\d+\.h5\.tmp)");
+  std::vector<fs::path> found;  // listed first, removed after: no removal while iterating
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
+    if (std::regex_match(it->path().filename().string(), partial)) found.push_back(it->path());
+  std::sort(found.begin(), found.end());
+  for (const auto& path : found)
+    if (fs::remove(path, ec)) removed.push_back(path.string());
+  return removed;
+}
+
 void prune_checkpoints(const std::string& directory, int keep) {
   auto found = complete_checkpoints(directory);
   std::error_code ec;

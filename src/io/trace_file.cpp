@@ -157,6 +157,7 @@ void write_trace_file(const std::string& path, const TraceHeader& header, const 
     h5::write_attribute(root, "library_version", std::string(GPIPE_VERSION_STRING));
     h5::write_attribute(root, "bubble_fraction_analytical", header.bubble_fraction_analytical);
     h5::write_attribute(root, "bubble_fraction_measured", trace.measured_bubble());
+    if (!header.run_record.empty()) h5::write_attribute(root, "run_record", header.run_record);
     const h5::Handle events = event_type(), steps = step_type();
     for (std::size_t r = 0; r < trace.events.size(); ++r) {
       const h5::Handle g = h5::group(H5Gcreate2(root, fmt::format("rank_{:04d}", r).c_str(), H5P_DEFAULT,

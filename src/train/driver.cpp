@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <ctime>
+
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 
@@ -13,14 +16,21 @@ Driver<T>::Driver(Pipeline<T>& pipeline, std::ostream* log)
     : pipeline_(pipeline), log_(pipeline.rank() == 0 ? log : nullptr) {}
 
 template <class T>
-void Driver<T>::checkpoint() {
+std::string Driver<T>::checkpoint_directory() const {
+  const auto& c = pipeline_.deck().checkpoint;
+  return c.directory.empty() ? std::string(".") : c.directory;
+}
+
+template <class T>
+void Driver<T>::checkpoint(bool always) {
   const auto& c = pipeline_.deck().checkpoint;
   const std::int64_t step = pipeline_.steps_done();
-  if (c.directory.empty() || saved_at_ == step) return;
-  pipeline_.save_checkpoint(checkpoint_path(c.directory, step));
-  if (pipeline_.rank() == 0) prune_checkpoints(c.directory, c.keep);
+  if ((c.directory.empty() && !always) || saved_at_ == step) return;
+  const std::string directory = checkpoint_directory();
+  pipeline_.save_checkpoint(checkpoint_path(directory, step));
+  if (pipeline_.rank() == 0) prune_checkpoints(directory, c.keep);
   saved_at_ = step;
-  if (log_) *log_ << fmt::format("  checkpoint {}\n", checkpoint_path(c.directory, step));
+  if (log_) *log_ << fmt::format("  checkpoint {}\n", checkpoint_path(directory, step));
 }
 
 template <class T>
@@ -28,11 +38,21 @@ void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, double loss_
                              std::int64_t seen, double start) {
   const auto& t = pipeline_.deck().training;
   const double running = pipeline_.from_last(loss_sum);
-  if (log_)
-    *log_ << fmt::format("  epoch {}/{}  step {:>5}/{}  loss {:.4f}  {:.0f} samples/s\n", epoch + 1,
-                         t.epochs, step + 1, per_epoch_, running / double(seen),
-                         double(seen) / (MPI_Wtime() - start))
-          << std::flush;
+  if (!log_) return;
+  const std::int64_t done = pipeline_.steps_done();
+  const double per_step = (MPI_Wtime() - fit_start_) / double(std::max<std::int64_t>(done - first_step_, 1));
+  const auto eta = std::int64_t(per_step * double(pipeline_.total_steps() - done) + 0.5);
+  const std::time_t wall = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&wall, &tm);
+  // The rate of the step just taken (next_learning_rate() is that of step `done`).
+  const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
+  *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {:.4f}  lr {:.3g}  "
+                       "{:.0f} samples/s  ETA {}:{:02d}:{:02d}\n",
+                       tm.tm_hour, tm.tm_min, tm.tm_sec, epoch + 1, t.epochs, step + 1, per_epoch_,
+                       running / double(seen), lr, double(seen) / (MPI_Wtime() - start), eta / 3600,
+                       eta / 60 % 60, eta % 60)
+        << std::flush;
 }
 
 template <class T>
@@ -50,6 +70,11 @@ std::pair<double, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std
     loss_sum += pipeline_.step(train, order, begin, n).loss;
     seen += n;
     if (c.every_steps > 0 && pipeline_.steps_done() % c.every_steps == 0) checkpoint();
+    if (stop_ && stop_()) {
+      stopped_ = true;
+      checkpoint(true);
+      break;
+    }
     if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch_)
       log_progress(epoch, s, loss_sum, seen, start);
   }
@@ -67,9 +92,13 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
   pipeline_.set_steps_per_epoch(per_epoch_);
   pipeline_.set_total_steps(per_epoch_ * t.epochs);
   std::vector<EpochReport> reports;
+  stopped_ = false;
+  first_step_ = pipeline_.steps_done();
+  fit_start_ = MPI_Wtime();
   for (std::int64_t epoch = pipeline_.steps_done() / per_epoch_; epoch < t.epochs; ++epoch) {
     const double start = MPI_Wtime();
     auto [loss_sum, seen] = train_epoch(train, epoch, start);
+    if (stopped_) break;  // the same decision on every rank: no report of a partial epoch
     compat::fence("gpipe::Driver::epoch");
     MPI_Barrier(pipeline_.comm());
     EpochReport r;

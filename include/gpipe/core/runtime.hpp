@@ -19,6 +19,19 @@ class Runtime {
   bool owns_mpi_ = false;
 };
 
+/// Versions of gpipe and the libraries it runs on, for run records.
+struct BuildInfo {
+  std::string gpipe;            ///< e.g. "0.1.0"
+  std::string kokkos;           ///< e.g. "3.4.1"
+  std::string execution_space;  ///< e.g. "Serial", "Cuda"
+  std::string memory_space;     ///< e.g. "Host", "Cuda"
+  std::string mpi;              ///< MPI_Get_library_version, first line (e.g. "Open MPI v4.1.4")
+  std::string hdf5;             ///< e.g. "1.10.8"
+  bool gpu_aware_mpi = false;   ///< GPIPE_ENABLE_GPU_AWARE_MPI
+};
+/// The versions this process runs with (MPI must be initialized).
+BuildInfo build_info();
+
 /// One line per component: gpipe, Kokkos version, execution and memory
 /// space, MPI library, GPU-aware MPI on/off.
 std::string build_description();

@@ -67,6 +67,11 @@ std::string checkpoint_path(const std::string& directory, std::int64_t step);
 /// files are ignored); throws InputError if there is none.
 std::string latest_checkpoint(const std::string& directory);
 
+/// Removes the partial checkpoints (ckpt_*.h5.tmp, left by a run killed while
+/// writing) in `directory`; returns their paths. Call on one rank, before the
+/// run writes checkpoints there. A missing directory holds none.
+std::vector<std::string> remove_partial_checkpoints(const std::string& directory);
+
 /// Removes all but the `keep` newest complete checkpoints in `directory`.
 void prune_checkpoints(const std::string& directory, int keep);
 

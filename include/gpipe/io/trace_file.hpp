@@ -22,6 +22,7 @@ struct TraceHeader {
   std::string deck;
   double bubble_fraction_analytical = 0;
   double bubble_fraction_measured = 0;  ///< filled by gather_trace
+  std::string run_record;  ///< JSON text: effective deck, command line, hosts, versions, times (may be empty)
 };
 
 /// Every rank's events and step summaries, gathered on rank 0 of `comm`

@@ -4,7 +4,9 @@
 // gpipe-train; library users may call Pipeline::step themselves instead.
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,8 +27,21 @@ struct EpochReport {
 template <class T>
 class Driver {
  public:
-  /// `log` (may be null) receives progress lines on rank 0 of the pipeline.
+  /// `log` (may be null) receives progress lines on rank 0 of the pipeline:
+  /// time of day, epoch, step, running loss, learning rate, throughput and the
+  /// ETA of the run's remaining steps (at this run's mean step time, evaluation
+  /// not included).
   Driver(Pipeline<T>& pipeline, std::ostream* log);
+
+  /// A stop request, asked after every step on every rank; it must give the
+  /// same answer on all ranks at the same step (e.g. stop_agreed(comm) != 0,
+  /// train/stop_signal.hpp). When it answers true, fit writes a checkpoint of
+  /// the current step (to checkpoint.directory, else the working directory;
+  /// not again if this step is saved) and returns the reports of the complete
+  /// epochs; stopped() is then true. Empty (the default): never stop.
+  void set_stop(std::function<bool()> stop) { stop_ = std::move(stop); }
+  /// Whether the last fit ended on a stop request.
+  bool stopped() const { return stopped_; }
 
   /// Trains until deck.training.epochs epochs are complete (resuming from
   /// pipeline.steps_done() after a restart), evaluating `test` after each
@@ -38,9 +53,13 @@ class Driver {
   std::vector<EpochReport> fit(const Dataset& train, const Dataset& test);
 
   /// Writes a checkpoint of the current step into deck.checkpoint.directory
-  /// (nothing if no directory is set or this step is already saved) and
-  /// prunes older ones to deck.checkpoint.keep. Collective.
-  void checkpoint();
+  /// (nothing if no directory is set, unless `always`: then into the working
+  /// directory; nothing if this step is already saved) and prunes older ones to
+  /// deck.checkpoint.keep. Collective.
+  void checkpoint(bool always = false);
+
+  /// The directory checkpoint(true) writes to: checkpoint.directory, else ".".
+  std::string checkpoint_directory() const;
 
  private:
   // One epoch's training steps from the pipeline's current step; returns the
@@ -54,6 +73,10 @@ class Driver {
   std::ostream* log_;
   std::int64_t per_epoch_ = 0;
   std::int64_t saved_at_ = -1;
+  std::function<bool()> stop_;
+  bool stopped_ = false;
+  std::int64_t first_step_ = 0;  // the step this fit started from, and its time (for the ETA)
+  double fit_start_ = 0;
 };
 
 /// Driver<T>(pipeline, log).fit(train, test).
