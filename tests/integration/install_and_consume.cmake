@@ -19,6 +19,14 @@ function(run)
   set(run_output "${out}" PARENT_SCOPE)
 endfunction()
 
+# Runs a consumer program; its output must match `pattern`.
+function(run_consumer what pattern program)
+  run(${program})
+  if(NOT run_output MATCHES "${pattern}")
+    message(FATAL_ERROR "the ${what} consumer failed:\n${run_output}")
+  endif()
+endfunction()
+
 run(${CMAKE_COMMAND} --install ${GPIPE_BUILD_DIR} --prefix ${prefix})
 set(expected include/gpipe/gpipe.h include/gpipe/config.hpp include/gpipe/pipeline/cell.hpp
     lib/cmake/gpipe/gpipeConfig.cmake bin/gpipe-train lib/pkgconfig/gpipe.pc
@@ -46,10 +54,7 @@ if(GPIPE_FORTRAN)
   run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/tests/integration/consumer_fortran
       -B ${WORK_DIR}/build-fortran -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-fortran)
-  run(${WORK_DIR}/build-fortran/fortran_consumer)
-  if(NOT run_output MATCHES " passed, 0 failed")
-    message(FATAL_ERROR "the Fortran consumer failed:\n${run_output}")
-  endif()
+  run_consumer(Fortran " passed, 0 failed" ${WORK_DIR}/build-fortran/fortran_consumer)
   math(EXPR passed "${passed} + 1")
 else()
   message("skipped: the Fortran consumer (gpipe was built without Fortran)")
@@ -62,10 +67,7 @@ if(PKG_CONFIG AND MPI_C_COMPILER)
   separate_arguments(flags UNIX_COMMAND "${run_output}")
   run(${MPI_C_COMPILER} ${GPIPE_SOURCE_DIR}/tests/capi/c_header_check.c ${flags}
       -o ${WORK_DIR}/c_consumer)
-  run(${WORK_DIR}/c_consumer)
-  if(NOT run_output MATCHES "4 passed, 0 failed")
-    message(FATAL_ERROR "the pkg-config consumer failed:\n${run_output}")
-  endif()
+  run_consumer(pkg-config "4 passed, 0 failed" ${WORK_DIR}/c_consumer)
   math(EXPR passed "${passed} + 1")
 else()
   message("skipped: the pkg-config consumer (no pkg-config or no MPI C compiler wrapper)")
