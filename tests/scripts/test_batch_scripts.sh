@@ -109,8 +109,17 @@ EOF
   # K=2: median 180 / median 100 = 1.8; spread (190-150)/180 = 22.2 %; load max 1.50
   expect "plot repeats" 0 $? "^  2    4     64      180.0            1.800      0.900 .* 3    22.2  1.50$" "$out"
   expect "plot repeats K=1" 0 0 "^  1    4     64      100.0 .* 3    20.0  1.50$" "$out"
+  # plot_training.py: the history of a summary, as a table and a PNG
+  "$py" -c 'import json, sys; json.dump({"history": [{"epoch": 1, "train_loss": 0.5, "test_loss": 0.4,
+      "test_accuracy": 0.85}, {"epoch": 2, "train_loss": 0.25, "test_loss": 0.3, "test_accuracy": 0.9}]},
+      open(sys.argv[1], "w"))' "$work/p/run.json"
+  out="$("$py" scripts/plot_training.py "$work/p/run.json" 2>&1)"
+  expect "plot_training" 0 $? "^    2     0.2500     0.3000    0.9000$" "$out"
+  [ -s "$work/p/run.png" ] && ok || fail "plot_training.py wrote no $work/p/run.png"
+  out="$("$py" scripts/plot_training.py "$work/p/study.json" 2>&1)"
+  expect "plot_training bad input" 1 $? "study.json: missing key 'history'" "$out"
 else
-  echo "skipped: plot_scaling.py (no python3 with matplotlib)"
+  echo "skipped: plot_scaling.py, plot_training.py (no python3 with matplotlib)"
 fi
 
 echo "$passed passed, $failed failed"
