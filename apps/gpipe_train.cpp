@@ -108,7 +108,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                double(bytes[size_t(k)]) / (1 << 20));
     for (int l = first; l < first + count; ++l) {
       const auto& s = shapes[size_t(l)];
-      fmt::print("    layer {:>2} {:<14} output {:<16} {:>9} parameters\n", l, s.type(),
+      fmt::print("    layer {:>2} {:<17} output {:<16} {:>9} parameters\n", l, s.type(),
                  s.output.str(), s.parameter_count());
     }
   }
