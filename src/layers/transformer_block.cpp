@@ -108,6 +108,13 @@ using TeamGemm = KokkosBatched::TeamGemm<TeamMember, TA, TB, Unblocked>;
 
 using Cols = std::pair<std::int64_t, std::int64_t>;
 
+// Columns first .. first + dh - 1 of sample i's (T, cols) rows: one head's
+// q, k, v (in qkv) or output (in o), a strided (T, dh) view.
+template <class V>
+KOKKOS_INLINE_FUNCTION auto head(const V& m, std::int64_t i, std::int64_t first, std::int64_t dh) {
+  return Kokkos::subview(m, i, Kokkos::ALL, Cols(first, first + dh));
+}
+
 // probs (n, H, T, T) = softmax(Q K^T / sqrt(dh)); o = P V, per (sample, head).
 template <class T>
 void attention_forward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> o, std::int64_t H) {
@@ -118,9 +125,8 @@ void attention_forward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> o, 
       "gpipe::TransformerBlock::attention_forward", TeamPolicy(n * H, Kokkos::AUTO),
       KOKKOS_LAMBDA(const TeamMember& team) {
         const std::int64_t i = team.league_rank() / H, h = team.league_rank() % H;
-        const auto q = Kokkos::subview(qkv, i, Kokkos::ALL, Cols(h * dh, h * dh + dh));
-        const auto k = Kokkos::subview(qkv, i, Kokkos::ALL, Cols(d + h * dh, d + h * dh + dh));
-        const auto v = Kokkos::subview(qkv, i, Kokkos::ALL, Cols(2 * d + h * dh, 2 * d + h * dh + dh));
+        const auto q = head(qkv, i, h * dh, dh), k = head(qkv, i, d + h * dh, dh),
+                   v = head(qkv, i, 2 * d + h * dh, dh);
         const auto p = Kokkos::subview(probs, i, h, Kokkos::ALL, Kokkos::ALL);
         TeamGemm<NoTrans, Trans>::invoke(team, scale, q, k, T(0), p);
         team.team_barrier();
@@ -136,8 +142,7 @@ void attention_forward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> o, 
           for (std::int64_t s = 0; s < tokens; ++s) p(t, s) *= inv;
         });
         team.team_barrier();
-        const auto out = Kokkos::subview(o, i, Kokkos::ALL, Cols(h * dh, h * dh + dh));
-        TeamGemm<NoTrans, NoTrans>::invoke(team, T(1), p, v, T(0), out);
+        TeamGemm<NoTrans, NoTrans>::invoke(team, T(1), p, v, T(0), head(o, i, h * dh, dh));
       });
 }
 
@@ -152,15 +157,12 @@ void attention_backward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> d_
       "gpipe::TransformerBlock::attention_backward", TeamPolicy(n * H, Kokkos::AUTO),
       KOKKOS_LAMBDA(const TeamMember& team) {
         const std::int64_t i = team.league_rank() / H, h = team.league_rank() % H;
-        const Cols qc(h * dh, h * dh + dh), kc(d + h * dh, d + h * dh + dh),
-            vc(2 * d + h * dh, 2 * d + h * dh + dh);
-        const auto q = Kokkos::subview(qkv, i, Kokkos::ALL, qc);
-        const auto k = Kokkos::subview(qkv, i, Kokkos::ALL, kc);
-        const auto v = Kokkos::subview(qkv, i, Kokkos::ALL, vc);
+        const std::int64_t qc = h * dh, kc = d + h * dh, vc = 2 * d + h * dh;
+        const auto q = head(qkv, i, qc, dh), k = head(qkv, i, kc, dh), v = head(qkv, i, vc, dh);
         const auto p = Kokkos::subview(probs, i, h, Kokkos::ALL, Kokkos::ALL);
         const auto dp = Kokkos::subview(dprobs, i, h, Kokkos::ALL, Kokkos::ALL);
-        const auto dout = Kokkos::subview(d_o, i, Kokkos::ALL, qc);
-        TeamGemm<Trans, NoTrans>::invoke(team, T(1), p, dout, T(0), Kokkos::subview(dqkv, i, Kokkos::ALL, vc));
+        const auto dout = head(d_o, i, qc, dh);
+        TeamGemm<Trans, NoTrans>::invoke(team, T(1), p, dout, T(0), head(dqkv, i, vc, dh));
         TeamGemm<NoTrans, Trans>::invoke(team, T(1), dout, v, T(0), dp);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tokens), [&](const std::int64_t t) {
@@ -169,8 +171,8 @@ void attention_backward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> d_
           for (std::int64_t s = 0; s < tokens; ++s) dp(t, s) = p(t, s) * (dp(t, s) - dot);
         });
         team.team_barrier();
-        TeamGemm<NoTrans, NoTrans>::invoke(team, scale, dp, k, T(0), Kokkos::subview(dqkv, i, Kokkos::ALL, qc));
-        TeamGemm<Trans, NoTrans>::invoke(team, scale, dp, q, T(0), Kokkos::subview(dqkv, i, Kokkos::ALL, kc));
+        TeamGemm<NoTrans, NoTrans>::invoke(team, scale, dp, k, T(0), head(dqkv, i, qc, dh));
+        TeamGemm<Trans, NoTrans>::invoke(team, scale, dp, q, T(0), head(dqkv, i, kc, dh));
       });
 }
 
