@@ -276,7 +276,6 @@ class TransformerBlock final : public Layer<T> {
 
   std::vector<Layer<T>*> params() { return {&ln1_, &qkv_, &proj_, &ln2_, &mlp1_, &mlp2_}; }
 
-  // A (rows of tokens, cols) matrix over block-owned memory.
   // (tokens of this micro-batch, cols) over `data`.
   Matrix<T> rows(T* data, std::int64_t cols) const { return detail::as_matrix(data, N_, cols); }
   ConstMatrix<T> rows(const T* data, std::int64_t cols) const {
