@@ -27,7 +27,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"training", {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
-      {"pipeline", {"balance", "remat"}},
+      {"pipeline", {"balance", "remat", "schedule"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
       {"trace", {"file", "every"}},
@@ -314,6 +314,9 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.pipeline.remat =
       parse_remat(p.get<std::string>("remat", "never", "never, always or except_last"),
                   p.has("remat") ? p.where(p.raw("remat")) + ": pipeline.remat" : "pipeline.remat");
+  deck.pipeline.schedule = parse_schedule(
+      p.get<std::string>("schedule", "fill_drain", "fill_drain or 1f1b"),
+      p.has("schedule") ? p.where(p.raw("schedule")) + ": pipeline.schedule" : "pipeline.schedule");
 
   const Section par = section(root, "parallel", name, false);
   deck.parallel.cells = par.get<int>("cells", 0, "a non-negative integer (0 = all ranks)");

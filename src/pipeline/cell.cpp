@@ -46,76 +46,55 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   std::int64_t max_features = in_features_;
   for (auto& layer : layers_) max_features = std::max(max_features, layer->out_features());
 
-  activation_bytes_ = std::int64_t(M) * bytes(rows, in_features_);
-  for (int m = 0; m < M; ++m) {
-    if (!is_first()) {
-      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", m), rows, in_features_);
-      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", m), rows, in_features_);
-    }
-    if (!is_last()) {
-      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", m), rows, out_features_);
-      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", m), rows,
-                                 out_features_);
-      activation_bytes_ += bytes(rows, out_features_);
-    } else {
-      logit_grads_.emplace_back(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, fmt::format("gpipe::Cell::logit_grad[{}]", m)),
-          rows, out_features_);
-    }
-  }
-  if (is_last()) {
-    logits_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::logits"),
-                        rows, out_features_);
-    activation_bytes_ += bytes(rows, out_features_);
-  }
-  train_schedule_ = fill_drain(cells(), M, options.remat);
-  const Schedule& schedule = train_schedule_;
-  for (const Op& op : schedule.ops[size_t(rank())])
+  train_schedule_ = make_schedule(options.schedule, cells(), M, options.remat);
+  train_plan_ = plan_buffers(train_schedule_, rank());
+  for (const Op& op : train_schedule_.ops[size_t(rank())])
     if (op.kind == OpKind::Backward) last_backward_ = op.micro_batch;
-  kept_.resize(size_t(M));
-  bool any_rematerialized = false;
-  for (int m = 0; m < M; ++m) {
-    if (schedule.rematerialized[size_t(m)]) {
-      any_rematerialized = true;
-      continue;
-    }
-    for (int l = 0; l + 1 < count; ++l) {
-      kept_[size_t(m)].emplace_back(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                             fmt::format("gpipe::Cell::activation[{}][{}]", m, l)),
-          rows, layers_[size_t(l)]->out_features());
-      activation_bytes_ += bytes(rows, layers_[size_t(l)]->out_features());
-    }
-  }
-  if (any_rematerialized) {
-    for (int l = 0; l + 1 < count; ++l) {
-      scratch_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                               fmt::format("gpipe::Cell::scratch[{}]", l)),
-                            rows, layers_[size_t(l)]->out_features());
-      activation_bytes_ += bytes(rows, layers_[size_t(l)]->out_features());
-    }
-  }
-
-  // Saved state (layers' forward-to-backward storage), like the activations:
-  // per micro-batch for kept micro-batches, one shared scratch for
-  // re-materialized ones, and always per micro-batch for the cell's last
-  // layer, which a recompute does not rerun.
-  const auto saved_buffer = [&](int l, const std::string& name) {
-    const auto elements = layers_[size_t(l)]->saved_size().elements(rows);
-    activation_bytes_ += elements * std::int64_t(sizeof(T));
-    return elements == 0 ? Vector<T>()
-                         : Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, name), elements);
+  const CellBufferPlan& plan = train_plan_;
+  const auto uninitialized = [](const std::string& name) {
+    return Kokkos::view_alloc(Kokkos::WithoutInitializing, name);
   };
-  saved_.resize(size_t(M));
-  for (int m = 0; m < M; ++m) {
-    saved_[size_t(m)].resize(size_t(count));
-    for (int l = 0; l < count; ++l)
-      if (l + 1 == count || !schedule.rematerialized[size_t(m)])
-        saved_[size_t(m)][size_t(l)] = saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", m, l));
+  const auto saved_elements = [&](int l) { return layers_[size_t(l)]->saved_size().elements(rows); };
+  const auto saved_buffer = [&](int l, const std::string& name) {
+    const auto elements = saved_elements(l);
+    return elements == 0 ? Vector<T>() : Vector<T>(uninitialized(name), elements);
+  };
+  // Slot sizes: what activation_bytes() counts (the gradient buffers are
+  // allocated from the same plan but, as before, not counted).
+  SlotBytes slot;
+  slot.micro_batch = bytes(rows, in_features_) + (is_last() ? 0 : bytes(rows, out_features_)) +
+                     saved_elements(count - 1) * std::int64_t(sizeof(T));
+  for (int l = 0; l + 1 < count; ++l)
+    slot.activations += bytes(rows, layers_[size_t(l)]->out_features()) +
+                        saved_elements(l) * std::int64_t(sizeof(T));
+  slot.fixed = is_last() ? bytes(rows, out_features_) : 0;
+  activation_bytes_ = planned_bytes(plan, slot);
+
+  for (int s = 0; s < plan.micro_batch.slots; ++s) {
+    if (!is_first())
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_);
+    if (!is_last()) {
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_);
+    } else {
+      logit_grads_.emplace_back(uninitialized(fmt::format("gpipe::Cell::logit_grad[{}]", s)), rows,
+                                out_features_);
+    }
+    saved_last_.push_back(saved_buffer(count - 1, fmt::format("gpipe::Cell::saved_last[{}]", s)));
   }
-  if (any_rematerialized)
-    for (int l = 0; l + 1 < count; ++l)
-      saved_scratch_.push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved_scratch[{}]", l)));
+  if (!is_first())
+    for (int s = 0; s < plan.input_grad.slots; ++s)
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_);
+  if (is_last()) logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
+  kept_.resize(size_t(plan.activations.slots));
+  saved_.resize(size_t(plan.activations.slots));
+  for (int s = 0; s < plan.activations.slots; ++s) {
+    for (int l = 0; l + 1 < count; ++l) {
+      kept_[size_t(s)].emplace_back(uninitialized(fmt::format("gpipe::Cell::activation[{}][{}]", s, l)),
+                                    rows, layers_[size_t(l)]->out_features());
+      saved_[size_t(s)].push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", s, l)));
+    }
+  }
   grad_ping_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_ping"),
                          rows * max_features);
   grad_pong_ = Vector<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Cell::grad_pong"),
@@ -138,7 +117,7 @@ template <class T>
 ConstMatrix<T> Cell<T>::layer_input(int m, int layer) const {
   const auto& mb = split_[size_t(m)];
   if (layer > 0) return layer_output(m, layer - 1);
-  if (!is_first()) return inputs_[size_t(m)].rows(mb.size);
+  if (!is_first()) return inputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(mb.size);
   return Kokkos::subview(batch_inputs_, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL);
 }
 
@@ -146,18 +125,34 @@ template <class T>
 Matrix<T> Cell<T>::layer_output(int m, int layer) const {
   const auto n = split_[size_t(m)].size;
   if (layer + 1 == int(layers_.size())) {
-    return is_last() ? Matrix<T>(logits_.data(), n, out_features_) : outputs_[size_t(m)].rows(n);
+    return is_last() ? Matrix<T>(logits_.data(), n, out_features_)
+                     : outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(n);
   }
-  const Matrix<T>& storage = kept_now_[size_t(m)] ? kept_[size_t(m)][size_t(layer)]
-                                                  : scratch_[size_t(layer)];
+  const Matrix<T>& storage = kept_[size_t(activation_slot_[size_t(m)])][size_t(layer)];
   return Matrix<T>(storage.data(), n, storage.extent(1));
 }
 
 template <class T>
 SavedView<T> Cell<T>::layer_saved(int m, int layer) const {
-  const bool own = layer + 1 == int(layers_.size()) || kept_now_[size_t(m)];
-  const Vector<T>& storage = own ? saved_[size_t(m)][size_t(layer)] : saved_scratch_[size_t(layer)];
+  const Vector<T>& storage =
+      layer + 1 == int(layers_.size())
+          ? saved_last_[size_t(plan_->micro_batch.slot[size_t(m)])]
+          : saved_[size_t(activation_slot_[size_t(m)])][size_t(layer)];
   return SavedView<T>(storage.data(), storage.extent(0));
+}
+
+template <class T>
+void Cell<T>::post_receives(int m, bool training) {
+  const auto rows = split_[size_t(m)].size;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  const std::int64_t bytes = rows * std::int64_t(sizeof(T)) *
+      ((is_first() ? 0 : in_features_) + (training && !is_last() ? out_features_ : 0));
+  if (bytes == 0) return;
+  const Tracer::Scope receive(tracer_, EventKind::Receive, m, bytes);
+  if (!is_first())
+    inputs_[slot].post_recv(comm(), rank() - 1, forward_tag(m), rows, "forward activation", m);
+  if (training && !is_last())
+    output_grads_[slot].post_recv(comm(), rank() + 1, backward_tag(m), rows, "gradient", m);
 }
 
 template <class T>
@@ -165,9 +160,16 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
   const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, training,
                         !whole_cell};
   const auto& mb = split_[size_t(m)];
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] =
+      whole_cell ? plan_->forward_slot[size_t(m)] : plan_->activations.slot[size_t(m)];
   if (!is_first() && whole_cell) {
     const Tracer::Scope wait(tracer_, EventKind::Wait, m);
-    inputs_[size_t(m)].wait();
+    inputs_[slot].wait();
+  }
+  if (!is_last() && whole_cell && outputs_[slot].pending()) {  // the slot's previous send
+    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
+    outputs_[slot].wait();
   }
   {
     const Tracer::Scope compute(tracer_, whole_cell ? EventKind::Forward : EventKind::Recompute, m);
@@ -184,7 +186,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
     if (is_last()) {
       auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
       const Matrix<T> dlogits =
-          training ? Matrix<T>(logit_grads_[size_t(m)].data(), mb.size, out_features_) : Matrix<T>();
+          training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = placement_.global_size > 0 ? placement_.global_size : batch_size_;
       const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
                                         T(1.0 / double(N)), dlogits);
@@ -194,7 +196,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
     }
   }
   const Tracer::Scope send(tracer_, EventKind::Send, m, mb.size * out_features_ * std::int64_t(sizeof(T)));
-  outputs_[size_t(m)].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
+  outputs_[slot].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
 }
 
 template <class T>
@@ -202,13 +204,21 @@ void Cell<T>::backward(int m) {
   const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
   const bool final_gradients = training_ && m == last_backward_ && gradient_ready_;
   const auto n = split_[size_t(m)].size;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
   ConstMatrix<T> dy;
   if (is_last()) {
-    dy = Matrix<T>(logit_grads_[size_t(m)].data(), n, out_features_);
+    dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
   } else {
     const Tracer::Scope wait(tracer_, EventKind::Wait, m);
-    output_grads_[size_t(m)].wait();
-    dy = output_grads_[size_t(m)].rows(n);
+    output_grads_[slot].wait();
+    dy = output_grads_[slot].rows(n);
+  }
+  BoundaryBuffer<T>* input_grad =
+      is_first() ? nullptr : &input_grads_[size_t(plan_->input_grad.slot[size_t(m)])];
+  if (input_grad && input_grad->pending()) {  // the slot's previous send (its receive is posted)
+    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
+    input_grad->wait();
   }
   {
     const Tracer::Scope compute(tracer_, EventKind::Backward, m);
@@ -219,7 +229,7 @@ void Cell<T>::backward(int m) {
         T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
         dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
       } else if (!is_first()) {
-        dx = input_grads_[size_t(m)].rows(n);
+        dx = input_grad->rows(n);
       }
       layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
       if (final_gradients) gradient_ready_(l);
@@ -228,11 +238,11 @@ void Cell<T>::backward(int m) {
   }
   if (is_first()) return;
   const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
-  input_grads_[size_t(m)].post_send(comm(), rank() - 1, backward_tag(m), n);
+  input_grad->post_send(comm(), rank() - 1, backward_tag(m), n);
 }
 
 template <class T>
-LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
+LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs, ConstLabelVector labels,
                       std::int64_t n, std::uint64_t step, bool training) {
   require(n >= 1 && n <= options_.max_batch,
           fmt::format("rank {}: a batch of {} samples does not fit the pipeline's buffers "
@@ -251,34 +261,31 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
   if (is_last() && predict_logits_.extent(0) == 0)
     require(std::int64_t(labels.extent(0)) >= n,
             fmt::format("rank {}: {} labels for a batch of {} samples", rank(), labels.extent(0), n));
-  kept_now_.resize(size_t(M));
-  for (int m = 0; m < M; ++m)
-    kept_now_[size_t(m)] = training ? !schedule.rematerialized[size_t(m)] : !kept_[size_t(m)].empty();
-
-  // Post every receive of the step up front so transfers overlap compute.
-  std::int64_t expected_bytes = 0;
-  for (int m = 0; m < M; ++m)
-    expected_bytes += split_[size_t(m)].size * std::int64_t(sizeof(T)) *
-                      ((is_first() ? 0 : in_features_) + (training && !is_last() ? out_features_ : 0));
-  {
-    const Tracer::Scope receive(tracer_, EventKind::Receive, -1, expected_bytes);
-    for (int m = 0; m < M; ++m) {
-      const auto rows = split_[size_t(m)].size;
-      if (!is_first())
-        inputs_[size_t(m)].post_recv(comm(), rank() - 1, forward_tag(m), rows,
-                                     "forward activation", m);
-      if (training && !is_last())
-        output_grads_[size_t(m)].post_recv(comm(), rank() + 1, backward_tag(m), rows,
-                                           "gradient", m);
-    }
+  plan_ = &plan;
+  activation_slot_.assign(size_t(M), -1);
+  const auto& ops = schedule.ops[size_t(rank())];
+  // Receives are posted once the plan frees their slot (after op i, or at
+  // the start of the step), so transfers overlap compute.
+  const bool precomputed = &plan == &train_plan_ && posts_.size() == ops.size() + 1;
+  std::vector<std::vector<int>> local;
+  if (!precomputed) {
+    auto& posts = &plan == &train_plan_ ? posts_ : local;
+    posts.assign(ops.size() + 1, {});
+    for (int m = 0; m < M; ++m)
+      if (plan.micro_batch.slot[size_t(m)] >= 0)
+        posts[size_t(plan.micro_batch.free_after[size_t(m)] + 1)].push_back(m);
   }
+  const auto& posts = &plan == &train_plan_ ? posts_ : local;
   LossSums sums;
-  for (const Op& op : schedule.ops[size_t(rank())]) {
+  for (int m : posts[0]) post_receives(m, training);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
     switch (op.kind) {
       case OpKind::Forward: forward(op.micro_batch, true, training, sums); break;
       case OpKind::Recompute: forward(op.micro_batch, false, training, sums); break;
       case OpKind::Backward: backward(op.micro_batch); break;
     }
+    for (int m : posts[i + 1]) post_receives(m, training);
   }
   const Tracer::Scope wait(tracer_, EventKind::Wait, -1);
   for (auto& b : outputs_) b.wait();
@@ -301,13 +308,14 @@ LossSums Cell<T>::train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std
       cell.training_ = false;
     }
   } reset{*this};
-  return run(train_schedule_, inputs, labels, n, step, true);
+  return run(train_schedule_, train_plan_, inputs, labels, n, step, true);
 }
 
 template <class T>
 LossSums Cell<T>::evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n) {
   const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
-  return run(forward_only(cells(), M), inputs, labels, n, step_, false);
+  const Schedule schedule = forward_only(cells(), M);
+  return run(schedule, plan_buffers(schedule, rank()), inputs, labels, n, step_, false);
 }
 
 template <class T>
@@ -322,7 +330,8 @@ void Cell<T>::predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits) {
     ~Reset() { view = Matrix<T>(); }
   } reset{predict_logits_};
   const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
-  run(forward_only(cells(), M), inputs, ConstLabelVector(), n, step_, false);
+  const Schedule schedule = forward_only(cells(), M);
+  run(schedule, plan_buffers(schedule, rank()), inputs, ConstLabelVector(), n, step_, false);
 }
 
 template class Cell<float>;

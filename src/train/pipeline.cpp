@@ -36,6 +36,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.max_batch = shard;
   options.micro_batches = M;
   options.remat = deck.pipeline.remat;
+  options.schedule = deck.pipeline.schedule;
   options.seed = deck.seed;
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));

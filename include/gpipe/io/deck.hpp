@@ -24,6 +24,7 @@ struct PipelineSpec {
   std::string balance = "params";   ///< params | flops | time | explicit
   std::vector<int> counts;          ///< explicit: layers per cell
   Remat remat = Remat::Never;
+  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (fill_drain | 1f1b)
 };
 
 /// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").

@@ -9,6 +9,7 @@
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/layers/softmax_cross_entropy.hpp"
 #include "gpipe/model/partition.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
 #include "gpipe/pipeline/schedule.hpp"
 #include "gpipe/pipeline/trace.hpp"
@@ -20,6 +21,7 @@ struct CellOptions {
   std::int64_t max_batch = 1;  ///< largest mini-batch N any step will see
   int micro_batches = 1;       ///< M
   Remat remat = Remat::Never;
+  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< the training schedule
   std::uint64_t seed = 0;      ///< initialization and Dropout seed
 };
 
@@ -37,17 +39,20 @@ struct BatchPlacement {
 /// the caller passes; the last cell reads the labels the caller passes and
 /// computes the loss; other cells ignore those arguments (pass empty Views).
 /// Boundary activations go forward and their gradients backward with
-/// MPI_Isend/MPI_Irecv; all receives of a step are posted at its start.
+/// MPI_Isend/MPI_Irecv. Each receive is posted as soon as the buffer-plan
+/// slot it goes into is free (pipeline/buffer_plan.hpp), so transfers
+/// overlap compute without more buffers than the plan has.
 ///
-/// All buffers are allocated in the constructor for micro-batches of up to
-/// ceil(max_batch / M) rows; a step allocates nothing.
+/// All buffers are the slots of the training schedule's buffer plan,
+/// allocated in the constructor for micro-batches of up to ceil(max_batch /
+/// M) rows; a training step allocates nothing.
 template <class T>
 class Cell {
  public:
   Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
        const CellOptions& options);
 
-  /// One fill-drain training step on a mini-batch of n <= max_batch samples.
+  /// One training step (options.schedule) on a mini-batch of n <= max_batch samples.
   /// inputs: (n, model.input_features) on the first cell; labels: (n) on the
   /// last. Adds dL/dparameters, with L the mean loss over the n samples, to
   /// gradients() (call zero_gradients() first). step keys Dropout.
@@ -92,10 +97,10 @@ class Cell {
   MPI_Comm comm() const { return comm_.get(); }
   int first_layer() const { return first_layer_; }
 
-  /// Bytes of activation storage this cell keeps across a step: micro-batch
-  /// inputs, kept layer outputs, the layers' saved state, the
-  /// re-materialization scratch, and the cell-output buffers (see
-  /// docs/design.md, "Activation memory").
+  /// Bytes of activation storage this cell allocates for a step, from its
+  /// buffer plan (planned_bytes): micro-batch inputs, kept layer outputs and
+  /// the layers' saved state (re-materialization slots included), and the
+  /// cell-output buffers (see docs/design.md, "Activation memory").
   std::int64_t activation_bytes() const { return activation_bytes_; }
 
   /// Records the cell's operations into `tracer` (null: no tracing) during
@@ -103,9 +108,12 @@ class Cell {
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
  private:
-  LossSums run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
+  const CellBufferPlan& train_plan() const { return train_plan_; }
+
+  LossSums run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs, ConstLabelVector labels,
                std::int64_t n, std::uint64_t step, bool training);
   void forward(int m, bool keep, bool training, LossSums& sums);
+  void post_receives(int m, bool training);
   void backward(int m);
   ConstMatrix<T> layer_input(int m, int layer) const;
   Matrix<T> layer_output(int m, int layer) const;
@@ -114,22 +122,23 @@ class Cell {
   Communicator comm_;
   CellOptions options_;
   Schedule train_schedule_;
+  CellBufferPlan train_plan_;
   int first_layer_ = 0;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   Vector<T> params_, grads_;
   std::int64_t capacity_ = 0;  // rows per micro-batch buffer
   std::int64_t in_features_ = 0, out_features_ = 0;
 
-  std::vector<BoundaryBuffer<T>> inputs_;       // [m] received inputs (not on the first cell)
-  std::vector<BoundaryBuffer<T>> outputs_;      // [m] cell outputs to send (not on the last cell)
-  std::vector<BoundaryBuffer<T>> output_grads_; // [m] received dL/doutput (not on the last cell)
-  std::vector<BoundaryBuffer<T>> input_grads_;  // [m] dL/dinput to send (not on the first cell)
-  std::vector<std::vector<Matrix<T>>> kept_;    // [m][l] outputs of layers 0..L_k-2, if kept
-  std::vector<Matrix<T>> scratch_;              // [l] outputs for re-materialized micro-batches
-  std::vector<std::vector<Vector<T>>> saved_;   // [m][l] layers' saved state (kept micro-batches; last layer always)
-  std::vector<Vector<T>> saved_scratch_;        // [l] saved state for re-materialized micro-batches
+  // Buffers indexed by buffer-plan slot (pipeline/buffer_plan.hpp).
+  std::vector<BoundaryBuffer<T>> inputs_;       // [micro_batch slot] received inputs (not on the first cell)
+  std::vector<BoundaryBuffer<T>> outputs_;      // [micro_batch slot] cell outputs to send (not on the last cell)
+  std::vector<BoundaryBuffer<T>> output_grads_; // [micro_batch slot] received dL/doutput (not on the last cell)
+  std::vector<Matrix<T>> logit_grads_;          // [micro_batch slot] last cell: dL/dlogits
+  std::vector<Vector<T>> saved_last_;           // [micro_batch slot] the last layer's saved state
+  std::vector<BoundaryBuffer<T>> input_grads_;  // [input_grad slot] dL/dinput to send (not on the first cell)
+  std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L_k-2
+  std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L_k-2
   Matrix<T> logits_;                            // last cell: (capacity, classes)
-  std::vector<Matrix<T>> logit_grads_;          // last cell: [m] dL/dlogits
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
   SoftmaxCrossEntropy<T> loss_;
   std::int64_t activation_bytes_ = 0;
@@ -139,7 +148,9 @@ class Cell {
 
   // Per-step state.
   std::vector<MicroBatch> split_;
-  std::vector<bool> kept_now_;
+  const CellBufferPlan* plan_ = nullptr;   // the running schedule's plan
+  std::vector<int> activation_slot_;       // [m] activations slot m's layers use now
+  std::vector<std::vector<int>> posts_;    // [op + 1] micro-batches whose receives are posted after op
   ConstMatrix<T> batch_inputs_;
   ConstLabelVector batch_labels_;
   Matrix<T> predict_logits_;  // set during predict(): the last cell's output goes here

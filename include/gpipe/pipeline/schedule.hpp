@@ -19,6 +19,16 @@ enum class Remat {
 Remat parse_remat(const std::string& text, const std::string& field);
 std::string to_string(Remat remat);
 
+/// Which schedule a training step runs (deck `pipeline.schedule`).
+enum class ScheduleKind {
+  FillDrain,  ///< GPipe: all forwards, then all backwards (Huang et al. 2019, Fig. 2c)
+  OneFOneB,   ///< PipeDream-flush 1F1B (Narayanan et al. 2021): at most K - k micro-batches in flight on cell k
+};
+
+/// Parses "fill_drain" | "1f1b"; throws InputError naming `field`.
+ScheduleKind parse_schedule(const std::string& text, const std::string& field);
+std::string to_string(ScheduleKind kind);
+
 enum class OpKind {
   Forward,    ///< receive input (or take it from the batch), run the cell's layers, send output (or loss)
   Recompute,  ///< re-run the forward of a re-materialized micro-batch from its kept input
@@ -45,6 +55,17 @@ struct Schedule {
 /// GPipe fill-drain: every cell runs F(0..M-1), then for m = M-1..0 an
 /// optional Recompute(m) and B(m) (GPipe Fig. 2c).
 Schedule fill_drain(int cells, int micro_batches, Remat remat);
+
+/// PipeDream-flush 1F1B: cell k runs a warm-up of min(M, K - k - 1)
+/// forwards, then alternates one forward and one backward (each backward
+/// preceded by its Recompute when re-materialized), then the cool-down
+/// backwards. Backwards run in micro-batch order 0..M-1 (fill_drain: M-1..0),
+/// so gradients accumulate in the opposite order (equal to fill_drain within
+/// rounding, not bitwise; docs/design.md, "Schedules").
+Schedule one_f_one_b(int cells, int micro_batches, Remat remat);
+
+/// The training schedule of `kind`.
+Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat);
 
 /// Forward-only schedule for evaluation: F(0..M-1) on every cell.
 Schedule forward_only(int cells, int micro_batches);

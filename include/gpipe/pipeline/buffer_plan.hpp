@@ -1,0 +1,68 @@
+#pragma once
+// The buffer plan: from a Schedule, which per-micro-batch buffers of a cell
+// are live from which op to which op, the slot of a pool each micro-batch
+// uses, and how many slots (the peak) each pool needs. A pure function of the
+// schedule: the Cell allocates its slots from it and its activation-byte
+// accounting multiplies the same slot counts by the slot sizes, so the
+// reported bytes are exactly what is allocated (docs/design.md, "Buffer plan").
+
+#include <cstdint>
+#include <vector>
+
+#include "gpipe/pipeline/schedule.hpp"
+
+namespace gpipe {
+
+/// Micro-batches' intervals [first op, last op] (indices into one cell's op
+/// list, inclusive) packed into slots: two micro-batches share a slot only
+/// if their intervals do not overlap.
+struct BufferPool {
+  int slots = 0;           ///< slots allocated (the peak number of overlapping intervals)
+  std::vector<int> slot;   ///< [m] slot of micro-batch m (-1: the pool is not used by m)
+  std::vector<int> first;  ///< [m] op index where m's interval starts (-1: none)
+  std::vector<int> last;   ///< [m] op index where it ends
+  /// [m] op index after which m's slot is free for it (the previous
+  /// occupant's last op; -1: free at the start of the step). Receives into
+  /// the slot are posted there, so no receive ever needs a buffer the plan
+  /// does not have.
+  std::vector<int> free_after;
+};
+
+/// One cell's plan. Interval of each pool for micro-batch m:
+///  - micro_batch: [Forward(m), last Backward op of m] (the whole step when
+///    forward-only ends at Forward(m)): the received cell input, the cell
+///    output (send buffer, waited at m's Backward, by when its receiver has
+///    consumed it), the received output gradient or the logit gradient, and
+///    the last layer's saved state (a recompute does not rerun that layer).
+///  - activations: [Forward(m), Backward(m)] for kept micro-batches;
+///    re-materialized ones hold a slot for Forward(m) alone and again for
+///    [Recompute(m), Backward(m)] (forward_slot and backward_slot differ):
+///    the outputs of layers 0..L_k-2 and their saved state.
+///  - input_grad: [Backward(m), Backward(m)]: dL/dinput send buffer, waited
+///    before its slot is reused (its receive was posted at the receiver's
+///    Forward(m), so the wait cannot block on the receiver's progress).
+struct CellBufferPlan {
+  BufferPool micro_batch;
+  BufferPool activations;       ///< intervals of kept micro-batches and recomputes
+  std::vector<int> forward_slot;  ///< [m] activations slot Forward(m) writes
+  BufferPool input_grad;
+};
+
+/// The plan of cell `cell` of `schedule`. Slots are assigned greedily in op
+/// order (lowest free slot), which needs exactly the peak number of
+/// overlapping intervals. Throws InputError when the cell's op list does
+/// not run Forward(m) before any other op of m.
+CellBufferPlan plan_buffers(const Schedule& schedule, int cell);
+
+/// Bytes of one slot of each pool (micro-batches of the largest size).
+struct SlotBytes {
+  std::int64_t micro_batch = 0;  ///< counted part of a micro_batch slot (input, output, last saved)
+  std::int64_t activations = 0;  ///< outputs of layers 0..L_k-2 + their saved state
+  std::int64_t input_grad = 0;   ///< dL/dinput send buffer (0: not counted)
+  std::int64_t fixed = 0;        ///< buffers independent of the schedule (last cell's logits)
+};
+
+/// Bytes the plan allocates: sum over pools of slots x slot bytes, plus fixed.
+std::int64_t planned_bytes(const CellBufferPlan& plan, const SlotBytes& bytes);
+
+}  // namespace gpipe
