@@ -86,15 +86,15 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
   const int K = p.cells(), M = deck.training.micro_batches, D = pipeline.grid().replicas;
   if (D == 1)
     fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
-               "micro-batches, re-materialization {}\n",
+               "micro-batches, schedule {}, re-materialization {}\n",
                K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
-               gpipe::to_string(deck.pipeline.remat));
+               gpipe::to_string(deck.pipeline.schedule), gpipe::to_string(deck.pipeline.remat));
   else
     fmt::print("gpipe-train: {} ranks = {} replicas (D) x {} cells (K), {} layers, precision {}, "
-               "mini-batch {} in {} shards of {} micro-batches, re-materialization {}\n"
+               "mini-batch {} in {} shards of {} micro-batches, schedule {}, re-materialization {}\n"
                "  grid: {}; gradient reduction {} in {} KiB buckets\n",
                D * K, D, K, deck.model.layers.size(), deck.precision, deck.training.batch_size, D, M,
-               gpipe::to_string(deck.pipeline.remat), pipeline.grid().describe(),
+               gpipe::to_string(deck.pipeline.schedule), gpipe::to_string(deck.pipeline.remat), pipeline.grid().describe(),
                deck.parallel.deterministic_reduction ? "deterministic (replica order)" : "MPI_Iallreduce",
                deck.parallel.bucket_kib);
   const auto costs = p.cell_costs(pipeline.costs());
@@ -146,6 +146,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["batch_size"] = deck.training.batch_size;
   j["micro_batches"] = M;
   j["remat"] = gpipe::to_string(deck.pipeline.remat);
+  j["schedule"] = gpipe::to_string(deck.pipeline.schedule);
   j["partition"] = p.counts;
   j["imbalance"] = p.imbalance(pipeline.costs());
   j["bubble_fraction_analytical"] = gpipe::bubble_fraction(K, M);
@@ -278,6 +279,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     header.micro_batches = deck.training.micro_batches;
     header.batch_size = deck.training.batch_size;
     header.remat = gpipe::to_string(deck.pipeline.remat);
+    header.schedule = gpipe::to_string(deck.pipeline.schedule);
     header.deck = deck.path;
     header.bubble_fraction_analytical = gpipe::bubble_fraction(header.cells, header.micro_batches);
     header.run_record = run.dump();

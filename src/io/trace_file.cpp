@@ -153,6 +153,7 @@ void write_trace_file(const std::string& path, const TraceHeader& header, const 
     h5::write_attribute(root, "micro_batches", (long long)header.micro_batches);
     h5::write_attribute(root, "batch_size", (long long)header.batch_size);
     h5::write_attribute(root, "remat", header.remat);
+    h5::write_attribute(root, "schedule", header.schedule);
     h5::write_attribute(root, "deck", header.deck);
     h5::write_attribute(root, "library_version", std::string(GPIPE_VERSION_STRING));
     h5::write_attribute(root, "bubble_fraction_analytical", header.bubble_fraction_analytical);

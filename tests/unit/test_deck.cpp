@@ -62,6 +62,7 @@ TEST(Deck, ParsesEverySection) {
   EXPECT_EQ(d.pipeline.balance, "explicit");
   EXPECT_EQ(d.pipeline.counts, (std::vector<int>{2, 3}));
   EXPECT_EQ(d.pipeline.remat, Remat::ExceptLast);
+  EXPECT_EQ(d.pipeline.schedule, ScheduleKind::FillDrain);  // the default
 }
 
 TEST(Deck, SetOverridesValues) {
@@ -206,6 +207,14 @@ TEST(DeckErrors, BadRemat) {
   EXPECT_EQ(error_of(replace(kDeck, "remat: except_last", "remat: sometimes")),
             "deck.yaml:20:36: pipeline.remat: unknown re-materialization mode 'sometimes' "
             "(expected never, always or except_last)");
+}
+
+TEST(Deck, ScheduleKey) {
+  EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=1f1b"}).pipeline.schedule,
+            ScheduleKind::OneFOneB);
+  EXPECT_EQ(error_of(kDeck, {"pipeline.schedule=gpipe"}),
+            "deck.yaml (--set): pipeline.schedule: unknown schedule 'gpipe' (expected fill_drain "
+            "or 1f1b)");
 }
 
 TEST(DeckErrors, MissingFile) {

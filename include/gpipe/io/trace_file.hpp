@@ -19,6 +19,7 @@ struct TraceHeader {
   int micro_batches = 1;
   std::int64_t batch_size = 0;
   std::string remat;
+  std::string schedule = "fill_drain";  ///< pipeline.schedule
   std::string deck;
   double bubble_fraction_analytical = 0;
   double bubble_fraction_measured = 0;  ///< filled by gather_trace
