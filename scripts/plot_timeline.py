@@ -145,6 +145,7 @@ def main():
                 else f"this step {step_bubble:.3f}")
     ax.set_title(f"{os.path.basename(a.trace)}, step {S}: K = {K} ranks, M = {M} micro-batches"
                  + (f", N = {int(attrs['batch_size'])}" if "batch_size" in attrs else "")
+                 + (f", {attrs['schedule']}" if "schedule" in attrs else "")
                  + (f", remat {attrs['remat']}" if "remat" in attrs else "")
                  + f"\nbubble measured {measured}; analytical (K-1)/(M+K-1) = {analytical:.3f}",
                  fontsize=10)
