@@ -121,6 +121,12 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                  M, K, gpipe::bubble_fraction(K, M));
 }
 
+// Regression metrics for the summary: overall and per output, data units.
+nlohmann::json metrics_json(const gpipe::RegressionMetrics& m) {
+  return {{"rmse", m.rmse_all}, {"mae", m.mae_all}, {"r2", m.r2_all},
+          {"rmse_per_output", m.rmse}, {"mae_per_output", m.mae}, {"r2_per_output", m.r2}};
+}
+
 template <class T>
 nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                        const std::vector<std::int64_t>& bytes,
@@ -165,22 +171,37 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["run"] = run;
   j["machine_load"] = run["machine_load"];
   j["history"] = nlohmann::json::array();
+  const bool regression = deck.model.loss.regression();
+  j["loss"] = deck.model.loss.type;
   j["wall_seconds"] = wall_seconds;
   if (reports.empty()) return j;  // stopped by a signal in the first epoch of this run
   const auto& r = reports.back();
-  j["test_accuracy"] = r.test.accuracy;
+  if (regression) {
+    j["test_metrics"] = metrics_json(r.test.regression);
+    j["train_metrics"] = metrics_json(r.train_metrics);
+  } else {
+    j["test_accuracy"] = r.test.accuracy;
+  }
   j["test_loss"] = r.test.loss;
   j["train_loss"] = r.train_loss;
   double train_seconds = 0, samples = 0;
   for (const auto& e : reports) {
     train_seconds += e.seconds;
     samples += e.samples_per_second * e.seconds;
-    j["history"].push_back({{"epoch", e.epoch},
-                            {"train_loss", e.train_loss},
-                            {"test_loss", e.test.loss},
-                            {"test_accuracy", e.test.accuracy},
-                            {"seconds", e.seconds},
-                            {"samples_per_second", e.samples_per_second}});
+    nlohmann::json h = {{"epoch", e.epoch},
+                        {"train_loss", e.train_loss},
+                        {"test_loss", e.test.loss},
+                        {"seconds", e.seconds},
+                        {"samples_per_second", e.samples_per_second}};
+    if (regression) {
+      h["test_rmse"] = e.test.regression.rmse_all;
+      h["test_mae"] = e.test.regression.mae_all;
+      h["test_r2"] = e.test.regression.r2_all;
+      h["train_rmse"] = e.train_metrics.rmse_all;
+    } else {
+      h["test_accuracy"] = e.test.accuracy;
+    }
+    j["history"].push_back(h);
   }
   j["samples_per_second"] = samples / train_seconds;
   return j;
@@ -191,26 +212,33 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   const bool root = rank == 0;
   std::unique_ptr<gpipe::Pipeline<T>> pipeline;
   gpipe::Dataset train_set, test_set;
+  gpipe::NormalizationStats stats;
   // Set-up, in two agreed phases: the partition and the data; then a restart.
   const bool ready = on_all_ranks([&] {
     pipeline = std::make_unique<gpipe::Pipeline<T>>(deck, MPI_COMM_WORLD);
     // The first cell of every replica reads the inputs, the last its labels.
     const bool first = pipeline->cell().is_first(), last = pipeline->cell().is_last();
-    std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first);
+    std::tie(train_set, test_set) = gpipe::load_train_test(deck.data, first, &stats);
     if (first && train_set.features != deck.model.input_features)
       throw gpipe::InputError(fmt::format("{}: samples have {} features but model.input is {}",
                                           train_set.name, train_set.features,
                                           deck.model.input_features));
-    if (last) {
+    if (last && !deck.model.loss.regression()) {
       gpipe::check_labels(train_set, deck.model.classes());
       gpipe::check_labels(test_set, deck.model.classes());
     }
+    if (last && deck.model.loss.regression() && train_set.outputs != deck.model.classes())
+      throw gpipe::InputError(fmt::format("{}: {} targets per sample but the model's last layer has "
+                                          "{} outputs",
+                                          train_set.labels_name, train_set.outputs,
+                                          deck.model.classes()));
     if (train_set.samples < deck.training.batch_size)
       throw gpipe::InputError(fmt::format("{}: {} training samples, fewer than training.batch_size = {}",
                                           train_set.labels_name, train_set.samples,
                                           deck.training.batch_size));
   });
   if (!ready) return kExitInputError;
+  pipeline->set_normalization(stats);  // stored in checkpoints, used by predict and gpipe-infer
   if (!options.restart.empty() && !on_all_ranks([&] {
         const std::string path =
             options.restart != "latest"

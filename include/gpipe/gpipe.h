@@ -75,8 +75,21 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss);
 
-/* Inference (Dropout off): logits (n, classes) float32 for inputs
- * (n, input_features), 1 <= n <= max_batch, filled on every rank. Collective. */
+/* One training step with float targets (n, classes) row-major float32, for
+ * decks whose model.loss is mse, mae or huber (regression; "classes" is then
+ * the number of outputs). Same n rules and *mean_loss as gpipe_train_step.
+ * GPIPE_ERROR_INPUT for a softmax_cross_entropy deck. Collective. */
+gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* inputs,
+                                      const float* targets, int64_t n, double* mean_loss);
+
+/* Inference (Dropout off): the last layer's outputs (n, classes) float32,
+ * row-major (class logits, or regression values), for inputs
+ * (n, input_features) row-major, any n >= 1 (run in chunks of max_batch,
+ * each as the deck's micro-batches through the pipeline), filled on every
+ * rank. After gpipe_load_checkpoint the checkpoint's normalization applies:
+ * raw inputs are normalized as in training and regression outputs come back
+ * in the targets' units (docs/inference.md); a fresh trainer's
+ * normalization is the identity. Collective. */
 gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits);
 
 /* Number of parameters of the whole model, and all of them in layer order

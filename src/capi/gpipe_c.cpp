@@ -124,19 +124,31 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
   });
 }
 
+namespace {
+// The n a training step accepts: D x micro_batches to batch_size; "" if fine.
+std::string check_step_size(const gpipe_trainer* trainer, int64_t n, const char* function) {
+  const auto& d = trainer->deck;
+  const int replicas = std::visit([](const auto& t) { return t->grid().replicas; }, trainer->impl);
+  const std::int64_t least = std::int64_t(replicas) * d.training.micro_batches;
+  if (n >= least && n <= d.training.batch_size) return "";
+  return std::string(function) + ": n = " + std::to_string(n) + " samples, expected " +
+         std::to_string(least) +
+         (replicas > 1 ? " (replicas x micro_batches) to " : " (micro_batches) to ") +
+         std::to_string(d.training.batch_size) + " (batch_size)";
+}
+}  // namespace
+
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss) {
   if (!trainer || !inputs || !labels)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_train_step: trainer, inputs and labels must not be NULL");
   return guarded([&] {
     const auto& d = trainer->deck;
-    const int replicas = std::visit([](const auto& t) { return t->grid().replicas; }, trainer->impl);
-    const std::int64_t least = std::int64_t(replicas) * d.training.micro_batches;
-    if (n < least || n > d.training.batch_size)
-      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: n = " + std::to_string(n) + " samples, expected " +
-                                         std::to_string(least) +
-                                         (replicas > 1 ? " (replicas x micro_batches) to " : " (micro_batches) to ") +
-                                         std::to_string(d.training.batch_size) + " (batch_size)");
+    if (d.model.loss.regression())
+      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: model.loss is " + d.model.loss.type +
+                                         ": pass float targets with gpipe_train_step_targets");
+    const std::string bad = check_step_size(trainer, n, "gpipe_train_step");
+    if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
     const std::int64_t classes = d.model.classes();
     for (int64_t i = 0; i < n; ++i)
       if (labels[i] < 0 || labels[i] >= classes)
@@ -153,13 +165,34 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
   });
 }
 
+gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* inputs,
+                                      const float* targets, int64_t n, double* mean_loss) {
+  if (!trainer || !inputs || !targets)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT,
+                "gpipe_train_step_targets: trainer, inputs and targets must not be NULL");
+  return guarded([&] {
+    const auto& d = trainer->deck;
+    if (!d.model.loss.regression())
+      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step_targets: model.loss is softmax_cross_entropy: "
+                                     "pass integer labels with gpipe_train_step");
+    const std::string bad = check_step_size(trainer, n, "gpipe_train_step_targets");
+    if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
+    std::visit(
+        [&](auto& t) {
+          const double loss = t->from_last(t->step(inputs, targets, n).loss);
+          if (mean_loss) *mean_loss = loss / double(n);
+        },
+        trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
 gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits) {
   if (!trainer || !inputs || !logits)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_predict: trainer, inputs and logits must not be NULL");
   return guarded([&] {
-    if (n < 1 || n > trainer->deck.training.batch_size)
-      return fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected 1 to " +
-                                         std::to_string(trainer->deck.training.batch_size) + " (batch_size)");
+    if (n < 1)
+      return fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected at least 1");
     std::visit(
         [&](auto& t) {
           const auto out = t->predict(inputs, n);

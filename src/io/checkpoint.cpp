@@ -64,10 +64,56 @@ void agree(const std::string& error, const std::string& path, MPI_Comm comm) {
   if (any) throw InputError(fmt::format("{}: another rank failed to read its layers", path));
 }
 
+// The root attributes and the normalization group of an open checkpoint.
+CheckpointInfo read_info(hid_t root, const std::string& path) {
+  CheckpointInfo info;
+  const auto version = h5::read_int_attribute(root, "format_version");
+  if (version != kCheckpointFormatVersion)
+    throw InputError(fmt::format("{}: format_version {} is not supported (this build reads {})", path,
+                                 version, kCheckpointFormatVersion));
+  info.step = h5::read_int_attribute(root, "step");
+  info.epoch = h5::read_int_attribute(root, "epoch");
+  info.seed = std::uint64_t(h5::read_int_attribute(root, "seed"));
+  info.precision = h5::read_string_attribute(root, "precision");
+  info.optimizer = h5::read_string_attribute(root, "optimizer");
+  info.optimizer_steps = h5::read_int_attribute(root, "optimizer_steps");
+  info.deck = h5::read_string_attribute(root, "deck");
+  if (H5Lexists(root, "normalization", H5P_DEFAULT) > 0) {
+    const h5::Handle g = h5::group(H5Gopen2(root, "normalization", H5P_DEFAULT));
+    auto& n = info.normalization;
+    n.input_scale = h5::read_double_attribute(g.get(), "input_scale");
+    n.input_mean = h5::read_double_attribute(g.get(), "input_mean");
+    n.input_std = h5::read_double_attribute(g.get(), "input_std");
+    n.target_mean = h5::read_double_vector_attribute(g.get(), "target_mean");
+    n.target_std = h5::read_double_vector_attribute(g.get(), "target_std");
+  }
+  return info;
+}
+
 }  // namespace
 
 std::string layer_group(std::int64_t index, const std::string& type) {
   return fmt::format("/layers/{:03d}_{}", index, type);
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  h5::silence_errors();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: checkpoint not found", path));
+  const h5::Handle file = h5::file(H5Fis_hdf5(path.c_str()) > 0
+                                       ? H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)
+                                       : hid_t(-1));
+  if (!file.valid())
+    throw InputError(fmt::format("{}: not a readable HDF5 checkpoint (corrupt or truncated)", path));
+  if (!h5::has_attribute(file.get(), "format_version"))
+    throw InputError(fmt::format("{}: attribute format_version is missing: not a gpipe checkpoint", path));
+  try {
+    return read_info(file.get(), path);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("{}: {}", path, e.what()));
+  }
 }
 
 std::string checkpoint_path(const std::string& directory, std::int64_t step) {
@@ -144,6 +190,16 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
     h5::write_attribute(root, "layers", (long long)layers.size());
     h5::write_attribute(root, "deck", info.deck);
     h5::write_attribute(root, "library_version", std::string(GPIPE_VERSION_STRING));
+    {
+      const auto& n = info.normalization;
+      const h5::Handle g =
+          h5::group(H5Gcreate2(root, "normalization", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      h5::write_attribute(g.get(), "input_scale", n.input_scale);
+      h5::write_attribute(g.get(), "input_mean", n.input_mean);
+      h5::write_attribute(g.get(), "input_std", n.input_std);
+      h5::write_attribute(g.get(), "target_mean", n.target_mean);
+      h5::write_attribute(g.get(), "target_std", n.target_std);
+    }
     const h5::Handle top = h5::group(H5Gcreate2(root, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     std::size_t offset = 0;  // into this rank's shard buffers
     for (std::size_t l = 0; l < layers.size(); ++l) {
@@ -206,17 +262,7 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
       const hid_t root = file.get();
       if (!h5::has_attribute(root, "format_version"))
         throw InputError(fmt::format("{}: attribute format_version is missing: not a gpipe checkpoint", path));
-      const auto version = h5::read_int_attribute(root, "format_version");
-      if (version != kCheckpointFormatVersion)
-        throw InputError(fmt::format("{}: format_version {} is not supported (this build reads {})", path,
-                                     version, kCheckpointFormatVersion));
-      info.step = h5::read_int_attribute(root, "step");
-      info.epoch = h5::read_int_attribute(root, "epoch");
-      info.seed = std::uint64_t(h5::read_int_attribute(root, "seed"));
-      info.precision = h5::read_string_attribute(root, "precision");
-      info.optimizer = h5::read_string_attribute(root, "optimizer");
-      info.optimizer_steps = h5::read_int_attribute(root, "optimizer_steps");
-      info.deck = h5::read_string_attribute(root, "deck");
+      info = read_info(root, path);
       const std::string precision = sizeof(T) == 4 ? "float" : "double";
       if (info.precision != precision)
         throw InputError(fmt::format("{}: precision: the checkpoint holds {}, the deck asks for {}", path,

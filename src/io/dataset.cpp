@@ -74,29 +74,85 @@ void standardize(Dataset& data, Normalization& norm, bool fit) {
   for (auto& v : data.inputs) v = (v - mean) * inv;
 }
 
-std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs) {
+void standardize_targets(Dataset& data, NormalizationStats& stats, bool fit) {
+  const std::int64_t p = data.outputs, n = data.samples;
+  if (p == 0) return;
+  if (fit) {
+    stats.target_mean.assign(size_t(p), 0.0);
+    stats.target_std.assign(size_t(p), 1.0);
+    for (std::int64_t j = 0; j < p; ++j) {
+      double sum = 0, sq = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double v = data.targets[size_t(i * p + j)];
+        sum += v;
+        sq += v * v;
+      }
+      const double mean = sum / double(std::max<std::int64_t>(n, 1));
+      const double var = sq / double(std::max<std::int64_t>(n, 1)) - mean * mean;
+      stats.target_mean[size_t(j)] = mean;
+      stats.target_std[size_t(j)] = var > 1e-24 ? std::sqrt(var) : 1.0;
+    }
+  }
+  require(std::int64_t(stats.target_mean.size()) == p,
+          fmt::format("{}: {} outputs per sample, but the normalization has {}", data.labels_name, p,
+                      stats.target_mean.size()));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < p; ++j) {
+      float& v = data.targets[size_t(i * p + j)];
+      v = float((double(v) - stats.target_mean[size_t(j)]) / stats.target_std[size_t(j)]);
+    }
+}
+
+std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs,
+                                            NormalizationStats* stats) {
   Normalization norm;
   norm.mode = spec.normalize;
+  NormalizationStats fitted;
+  auto record_inputs = [&] {
+    if (!stats || !with_inputs) return;
+    stats->input_scale = spec.format == "idx" && norm.mode != "none" ? 1.0 / 255.0 : 1.0;
+    stats->input_mean = norm.mode == "standardize" ? norm.mean : 0.0;
+    stats->input_std = norm.mode == "standardize" ? norm.stddev : 1.0;
+  };
+  if (spec.format == "idx" && spec.regression)
+    throw InputError("model.loss: a regression loss needs float targets, which only data.format: "
+                     "hdf5 provides (data.targets_dataset)");
   if (spec.format == "idx") {
     Dataset train = load_idx_dataset(spec.train_images, spec.train_labels, spec.train_limit, norm,
                                      true, with_inputs);
     Dataset test = load_idx_dataset(spec.test_images, spec.test_labels, spec.test_limit, norm,
                                     false, with_inputs);
+    record_inputs();
     return {std::move(train), std::move(test)};
   }
   if (norm.mode == "scale")
     throw InputError("data.normalize: 'scale' (x/255) is for IDX images; use none or standardize "
                      "for HDF5 data");
-  Dataset train = load_hdf5_dataset(spec.train_file, spec.inputs_dataset, spec.labels_dataset,
-                                    spec.train_limit, with_inputs);
-  Dataset test = load_hdf5_dataset(spec.test_file, spec.inputs_dataset, spec.labels_dataset,
-                                   spec.test_limit, with_inputs);
+  auto load = [&](const std::string& file, std::int64_t limit) {
+    return spec.regression
+               ? load_hdf5_regression(file, spec.inputs_dataset, spec.targets_dataset, limit, with_inputs)
+               : load_hdf5_dataset(file, spec.inputs_dataset, spec.labels_dataset, limit, with_inputs);
+  };
+  Dataset train = load(spec.train_file, spec.train_limit);
+  Dataset test = load(spec.test_file, spec.test_limit);
   if (with_inputs && train.features != test.features)
     throw InputError(fmt::format("{} has {} features per sample but {} has {}", spec.train_file,
                                  train.features, spec.test_file, test.features));
+  if (train.outputs != test.outputs)
+    throw InputError(fmt::format("{} has {} targets per sample but {} has {}", train.labels_name,
+                                 train.outputs, test.labels_name, test.outputs));
   if (with_inputs && norm.mode == "standardize") {
     standardize(train, norm, true);
     standardize(test, norm, false);
+  }
+  record_inputs();
+  if (spec.regression && spec.normalize_targets == "standardize") {
+    standardize_targets(train, fitted, true);
+    standardize_targets(test, fitted, false);
+    if (stats) {
+      stats->target_mean = fitted.target_mean;
+      stats->target_std = fitted.target_std;
+    }
   }
   return {std::move(train), std::move(test)};
 }

@@ -20,10 +20,11 @@ const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> keys = {
       {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline", "parallel",
             "checkpoint", "trace"}},
-      {"model", {"input", "layers"}},
+      {"model", {"input", "layers", "loss", "huber_delta"}},
       {"data",
        {"format", "train_images", "train_labels", "test_images", "test_labels", "train_file",
-        "test_file", "inputs_dataset", "labels_dataset", "normalize", "train_limit", "test_limit"}},
+        "test_file", "inputs_dataset", "labels_dataset", "targets_dataset", "normalize",
+        "normalize_targets", "train_limit", "test_limit"}},
       {"training", {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
@@ -162,6 +163,20 @@ ModelSpec read_model(const Section& s) {
   for (size_t i = 0; i < layers.size(); ++i)
     model.layers.push_back(
         parse_layer_node(layers[i], s.file(), fmt::format("model.layers[{}]", i)));
+  model.loss.type = s.get<std::string>("loss", model.loss.type, "softmax_cross_entropy, mse, mae or huber");
+  const auto& l = model.loss.type;
+  if (l != "softmax_cross_entropy" && l != "mse" && l != "mae" && l != "huber")
+    throw InputError(fmt::format("{}: model.loss: unknown loss '{}' (expected "
+                                 "softmax_cross_entropy, mse, mae or huber)",
+                                 s.where(s.raw("loss")), l));
+  model.loss.huber_delta = s.get<double>("huber_delta", 1.0, "a positive number");
+  if (!(model.loss.huber_delta > 0))
+    throw InputError(fmt::format("{}: model.huber_delta: expected a positive number, got {}",
+                                 s.where(s.raw("huber_delta")), model.loss.huber_delta));
+  if (s.has("huber_delta") && l != "huber")
+    throw InputError(fmt::format("{}: model.huber_delta: only the huber loss has a delta (model.loss "
+                                 "is {})",
+                                 s.where(s.raw("huber_delta")), l));
   model_shapes(model);  // validates every layer's input shape
   return model;
 }
@@ -200,7 +215,7 @@ const std::vector<std::string>& settable_keys() {
     for (const auto& [sec, names] : schema())
       for (const auto& name : names) {
         if (sec.empty() && name != "seed" && name != "precision") continue;
-        if (sec == "model") continue;
+        if (sec == "model" && name != "loss" && name != "huber_delta") continue;
         out.push_back(sec.empty() ? name : sec + "." + name);
       }
     return out;
@@ -248,6 +263,7 @@ Deck parse_deck(const std::string& text, const std::string& name,
     deck.data.test_file = d.need<std::string>("test_file", "an HDF5 file path");
     deck.data.inputs_dataset = d.get<std::string>("inputs_dataset", "inputs", "a dataset name");
     deck.data.labels_dataset = d.get<std::string>("labels_dataset", "labels", "a dataset name");
+    deck.data.targets_dataset = d.get<std::string>("targets_dataset", "targets", "a dataset name");
   } else {
     throw InputError(fmt::format("{}: data.format: unknown format '{}' (expected idx or hdf5)",
                                  d.where(d.raw("format")), deck.data.format));
@@ -258,6 +274,16 @@ Deck parse_deck(const std::string& text, const std::string& name,
     throw InputError(fmt::format("{}: data.normalize: unknown mode '{}' (expected none, scale or "
                                  "standardize)",
                                  d.where(d.raw("normalize")), deck.data.normalize));
+  deck.data.regression = deck.model.loss.regression();
+  deck.data.normalize_targets = d.get<std::string>("normalize_targets", "none", "none or standardize");
+  if (deck.data.normalize_targets != "none" && deck.data.normalize_targets != "standardize")
+    throw InputError(fmt::format("{}: data.normalize_targets: unknown mode '{}' (expected none or "
+                                 "standardize)",
+                                 d.where(d.raw("normalize_targets")), deck.data.normalize_targets));
+  if (d.has("normalize_targets") && !deck.data.regression)
+    throw InputError(fmt::format("{}: data.normalize_targets: only regression losses read float "
+                                 "targets (model.loss is {})",
+                                 d.where(d.raw("normalize_targets")), deck.model.loss.type));
   deck.data.train_limit = d.get<std::int64_t>("train_limit", 0, "a non-negative integer");
   deck.data.test_limit = d.get<std::int64_t>("test_limit", 0, "a non-negative integer");
 

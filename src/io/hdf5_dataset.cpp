@@ -11,17 +11,18 @@
 namespace gpipe {
 
 namespace {
-// Opens `name` in `file`, checks its rank and type class; returns its dims.
+// Opens `name` in `file`, checks its rank (`rank`, or also 1 when
+// `or_vector`) and type class; returns its dims. `key`: the deck key naming it.
 std::vector<hsize_t> open_checked(hid_t file, const std::string& path, const std::string& name,
                                   int rank, H5T_class_t type_class, const char* what,
-                                  h5::Handle& dataset) {
+                                  h5::Handle& dataset, const char* key, bool or_vector = false) {
   if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
-    throw InputError(fmt::format("{}: no dataset '{}' (set data.{}_dataset in the deck)", path, name,
-                                 type_class == H5T_FLOAT ? "inputs" : "labels"));
+    throw InputError(fmt::format("{}: no dataset '{}' (set data.{} in the deck)", path, name, key));
   dataset = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
   if (!dataset.valid()) throw InputError(fmt::format("{}: '{}' is not a dataset", path, name));
   const h5::Handle space = h5::dataspace(H5Dget_space(dataset.get()));
   const int found = H5Sget_simple_extent_ndims(space.get());
+  if (or_vector && found == 1) rank = 1;
   if (found != rank)
     throw InputError(fmt::format("{}: dataset '{}' has rank {}, expected {} {}", path, name, found,
                                  rank, what));
@@ -29,8 +30,12 @@ std::vector<hsize_t> open_checked(hid_t file, const std::string& path, const std
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   const h5::Handle type = h5::datatype(H5Dget_type(dataset.get()));
   if (H5Tget_class(type.get()) != type_class)
-    throw InputError(fmt::format("{}: dataset '{}' must hold {} values", path, name,
-                                 type_class == H5T_FLOAT ? "floating-point" : "integer"));
+    throw InputError(fmt::format("{}: dataset '{}' must hold {} values{}", path, name,
+                                 type_class == H5T_FLOAT ? "floating-point" : "integer",
+                                 type_class == H5T_FLOAT ? ""
+                                                         : " (float targets need a regression "
+                                                           "loss: set model.loss to mse, mae or "
+                                                           "huber)"));
   return dims;
 }
 
@@ -45,28 +50,82 @@ void read_rows(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& dim
   if (H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
     throw InputError(fmt::format("{}: reading dataset '{}' failed", path, name));
 }
-}  // namespace
-
-Dataset load_hdf5_dataset(const std::string& path, const std::string& inputs,
-                          const std::string& labels, std::int64_t limit, bool with_inputs) {
+// Opens `path` for reading, with clear errors for a missing or non-HDF5 file.
+h5::Handle open_data_file(const std::string& path) {
   h5::silence_errors();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw InputError(fmt::format("{}: HDF5 data file not found", path));
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(fmt::format("{}: not an HDF5 file", path));
-  const h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) throw InputError(fmt::format("{}: cannot open HDF5 file", path));
+  return file;
+}
+}  // namespace
+
+Dataset load_hdf5_regression(const std::string& path, const std::string& inputs,
+                             const std::string& targets, std::int64_t limit, bool with_inputs) {
+  const h5::Handle file = open_data_file(path);
+  Dataset d;
+  d.name = path + ":" + inputs;
+  d.labels_name = path + ":" + targets;
+  h5::Handle y;
+  const auto ydims = open_checked(file.get(), path, targets, 2, H5T_FLOAT, "(samples, outputs)", y,
+                                  "targets_dataset", true);
+  h5::Handle x;
+  std::vector<hsize_t> xdims;
+  if (with_inputs) {
+    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
+                         "inputs_dataset");
+    if (xdims[0] != ydims[0])
+      throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
+                                   targets, ydims[0]));
+  }
+  if (ydims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, targets));
+  d.samples = limit > 0 ? std::min(limit, std::int64_t(ydims[0])) : std::int64_t(ydims[0]);
+  d.outputs = ydims.size() == 2 ? std::int64_t(ydims[1]) : 1;
+  if (d.outputs == 0) throw InputError(fmt::format("{}: dataset '{}' has 0 outputs", path, targets));
+  d.targets.resize(size_t(d.samples * d.outputs));
+  read_rows(y.get(), H5T_NATIVE_FLOAT, ydims, hsize_t(d.samples), d.targets.data(), path, targets);
+  if (with_inputs) {
+    d.features = std::int64_t(xdims[1]);
+    d.inputs.resize(size_t(d.samples * d.features));
+    read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
+  }
+  return d;
+}
+
+Dataset load_hdf5_inputs(const std::string& path, const std::string& inputs) {
+  const h5::Handle file = open_data_file(path);
+  Dataset d;
+  d.name = d.labels_name = path + ":" + inputs;
+  h5::Handle x;
+  const auto xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
+                                  "inputs_dataset");
+  if (xdims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, inputs));
+  d.samples = std::int64_t(xdims[0]);
+  d.features = std::int64_t(xdims[1]);
+  d.inputs.resize(size_t(d.samples * d.features));
+  read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, xdims[0], d.inputs.data(), path, inputs);
+  return d;
+}
+
+Dataset load_hdf5_dataset(const std::string& path, const std::string& inputs,
+                          const std::string& labels, std::int64_t limit, bool with_inputs) {
+  const h5::Handle file = open_data_file(path);
 
   Dataset d;
   d.name = path + ":" + inputs;
   d.labels_name = path + ":" + labels;
   h5::Handle y;
-  const auto ydims = open_checked(file.get(), path, labels, 1, H5T_INTEGER, "(samples)", y);
+  const auto ydims = open_checked(file.get(), path, labels, 1, H5T_INTEGER, "(samples)", y,
+                                  "labels_dataset");
   std::int64_t samples = std::int64_t(ydims[0]);
   h5::Handle x;
   std::vector<hsize_t> xdims;
   if (with_inputs) {
-    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x);
+    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
+                         "inputs_dataset");
     if (xdims[0] != ydims[0])
       throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
                                    labels, ydims[0]));

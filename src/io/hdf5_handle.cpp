@@ -38,6 +38,25 @@ void write_attribute(hid_t object, const std::string& name, const std::string& v
   H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
   write_raw(object, name, type.get(), value.data());
 }
+void write_attribute(hid_t object, const std::string& name, const std::vector<double>& values) {
+  if (H5Aexists(object, name.c_str()) > 0) H5Adelete(object, name.c_str());
+  const hsize_t dims[1] = {hsize_t(values.size())};
+  const Handle space = dataspace(H5Screate_simple(1, dims, nullptr));
+  const Handle attr = attribute(
+      H5Acreate2(object, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.valid() || (!values.empty() && H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, values.data()) < 0))
+    throw std::runtime_error("HDF5: cannot write attribute '" + name + "'");
+}
+std::vector<double> read_double_vector_attribute(hid_t object, const std::string& name) {
+  const Handle attr = attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+  if (!attr.valid()) throw std::runtime_error("cannot read attribute '" + name + "'");
+  const Handle space = dataspace(H5Aget_space(attr.get()));
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  std::vector<double> out(static_cast<size_t>(count > 0 ? count : 0));
+  if (!out.empty() && H5Aread(attr.get(), H5T_NATIVE_DOUBLE, out.data()) < 0)
+    throw std::runtime_error("cannot read attribute '" + name + "'");
+  return out;
+}
 bool has_attribute(hid_t object, const std::string& name) {
   return H5Aexists(object, name.c_str()) > 0;
 }

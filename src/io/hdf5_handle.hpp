@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <string>
+#include <vector>
 #include <utility>
 
 namespace gpipe::h5 {
@@ -48,7 +49,10 @@ inline void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 void write_attribute(hid_t object, const std::string& name, long long value);
 void write_attribute(hid_t object, const std::string& name, double value);
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
+/// A 1-D double attribute (an empty vector is stored with 0 elements).
+void write_attribute(hid_t object, const std::string& name, const std::vector<double>& values);
 bool has_attribute(hid_t object, const std::string& name);
+std::vector<double> read_double_vector_attribute(hid_t object, const std::string& name);
 long long read_int_attribute(hid_t object, const std::string& name);
 double read_double_attribute(hid_t object, const std::string& name);
 std::string read_string_attribute(hid_t object, const std::string& name);

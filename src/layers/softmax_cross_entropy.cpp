@@ -63,6 +63,16 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
   return sums;
 }
 
+template <class T>
+LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, const Targets<T>& targets, T scale,
+                                          Matrix<T> dlogits) {
+  if (std::int64_t(targets.labels.extent(0)) < std::int64_t(logits.extent(0)))
+    throw PipelineError("softmax cross-entropy: " + std::to_string(targets.labels.extent(0)) +
+                        " labels for " + std::to_string(logits.extent(0)) +
+                        " rows (classification needs integer labels)");
+  return evaluate(logits, targets.labels, scale, dlogits);
+}
+
 template class SoftmaxCrossEntropy<float>;
 template class SoftmaxCrossEntropy<double>;
 

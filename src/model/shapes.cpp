@@ -72,9 +72,10 @@ std::vector<LayerShape> model_shapes(const ModelSpec& model) {
     shape = out.back().output;
   }
   require(shape.rank() == 1, fmt::format("model.layers: the last layer must output a flat vector of "
-                                         "class logits, got shape {} (add {{type: flatten}})",
+                                         "{}, got shape {} (add {{type: flatten}})",
+                                         model.loss.regression() ? "values" : "class logits",
                                          shape.str()));
-  require(shape.size() >= 2, fmt::format("model.layers: the last layer must output at least 2 class "
+  require(model.loss.regression() || shape.size() >= 2, fmt::format("model.layers: the last layer must output at least 2 class "
                                          "logits, got {}",
                                          shape.size()));
   return out;

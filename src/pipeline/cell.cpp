@@ -86,6 +86,7 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
     for (int s = 0; s < plan.input_grad.slots; ++s)
       input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_);
   if (is_last()) logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
+  if (is_last()) loss_ = make_loss<T>(model.loss);
   kept_.resize(size_t(plan.activations.slots));
   saved_.resize(size_t(plan.activations.slots));
   for (int s = 0; s < plan.activations.slots; ++s) {
@@ -184,14 +185,12 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
       return;
     }
     if (is_last()) {
-      auto labels = Kokkos::subview(batch_labels_, std::make_pair(mb.offset, mb.offset + mb.size));
+      const Targets<T> targets = batch_targets_.rows(mb.offset, mb.size);
       const Matrix<T> dlogits =
           training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = placement_.global_size > 0 ? placement_.global_size : batch_size_;
-      const LossSums s = loss_.evaluate(layer_output(m, int(layers_.size()) - 1), labels,
-                                        T(1.0 / double(N)), dlogits);
-      sums.loss += s.loss;
-      sums.correct += s.correct;
+      sums += loss_->evaluate(layer_output(m, int(layers_.size()) - 1), targets, T(1.0 / double(N)),
+                              dlogits);
       return;
     }
   }
@@ -242,7 +241,8 @@ void Cell<T>::backward(int m) {
 }
 
 template <class T>
-LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs, ConstLabelVector labels,
+LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs,
+                      const Targets<T>& targets,
                       std::int64_t n, std::uint64_t step, bool training) {
   require(n >= 1 && n <= options_.max_batch,
           fmt::format("rank {}: a batch of {} samples does not fit the pipeline's buffers "
@@ -251,7 +251,7 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
   const int M = schedule.micro_batches;
   split_ = split_batch(n, M);
   batch_inputs_ = inputs;
-  batch_labels_ = labels;
+  batch_targets_ = targets;
   batch_size_ = n;
   step_ = step;
   if (is_first())
@@ -259,8 +259,8 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
             fmt::format("rank 0: inputs are {}x{}, expected at least {}x{}", inputs.extent(0),
                         inputs.extent(1), n, in_features_));
   if (is_last() && predict_logits_.extent(0) == 0)
-    require(std::int64_t(labels.extent(0)) >= n,
-            fmt::format("rank {}: {} labels for a batch of {} samples", rank(), labels.extent(0), n));
+    require(targets.size() >= n,
+            fmt::format("rank {}: {} targets for a batch of {} samples", rank(), targets.size(), n));
   plan_ = &plan;
   activation_slot_.assign(size_t(M), -1);
   const auto& ops = schedule.ops[size_t(rank())];
@@ -294,7 +294,7 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
 }
 
 template <class T>
-LossSums Cell<T>::train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
+LossSums Cell<T>::train_step(ConstMatrix<T> inputs, const Targets<T>& targets, std::int64_t n,
                              std::uint64_t step, const BatchPlacement& placement) {
   require(n >= options_.micro_batches,
           fmt::format("a training batch of {} samples cannot be split into {} micro-batches", n,
@@ -308,14 +308,14 @@ LossSums Cell<T>::train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std
       cell.training_ = false;
     }
   } reset{*this};
-  return run(train_schedule_, train_plan_, inputs, labels, n, step, true);
+  return run(train_schedule_, train_plan_, inputs, targets, n, step, true);
 }
 
 template <class T>
-LossSums Cell<T>::evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n) {
+LossSums Cell<T>::evaluate(ConstMatrix<T> inputs, const Targets<T>& targets, std::int64_t n) {
   const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
   const Schedule schedule = forward_only(cells(), M);
-  return run(schedule, plan_buffers(schedule, rank()), inputs, labels, n, step_, false);
+  return run(schedule, plan_buffers(schedule, rank()), inputs, targets, n, step_, false);
 }
 
 template <class T>
@@ -331,7 +331,7 @@ void Cell<T>::predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits) {
   } reset{predict_logits_};
   const int M = int(std::min<std::int64_t>(options_.micro_batches, n));
   const Schedule schedule = forward_only(cells(), M);
-  run(schedule, plan_buffers(schedule, rank()), inputs, ConstLabelVector(), n, step_, false);
+  run(schedule, plan_buffers(schedule, rank()), inputs, Targets<T>(), n, step_, false);
 }
 
 template class Cell<float>;

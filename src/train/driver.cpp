@@ -34,10 +34,16 @@ void Driver<T>::checkpoint(bool always) {
 }
 
 template <class T>
-void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, double loss_sum,
+void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, const LossSums& sums,
                              std::int64_t seen, double start) {
   const auto& t = pipeline_.deck().training;
-  const double running = pipeline_.from_last(loss_sum);
+  const double running = pipeline_.from_last(sums.loss);
+  std::string metric;
+  if (pipeline_.deck().model.loss.regression()) {  // collective: before the rank-0 return
+    const auto m = regression_metrics(pipeline_.from_last(sums.moments), seen,
+                                      pipeline_.normalization().target_std);
+    metric = fmt::format("  rmse {:.4g}", m.rmse_all);
+  }
   if (!log_) return;
   const std::int64_t done = pipeline_.steps_done();
   const double per_step = (MPI_Wtime() - fit_start_) / double(std::max<std::int64_t>(done - first_step_, 1));
@@ -47,27 +53,27 @@ void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, double loss_
   localtime_r(&wall, &tm);
   // The rate of the step just taken (next_learning_rate() is that of step `done`).
   const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
-  *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {:.4f}  lr {:.3g}  "
+  *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {:.4f}{}  lr {:.3g}  "
                        "{:.0f} samples/s  ETA {}:{:02d}:{:02d}\n",
                        tm.tm_hour, tm.tm_min, tm.tm_sec, epoch + 1, t.epochs, step + 1, per_epoch_,
-                       running / double(seen), lr, double(seen) / (MPI_Wtime() - start), eta / 3600,
-                       eta / 60 % 60, eta % 60)
+                       running / double(seen), metric, lr, double(seen) / (MPI_Wtime() - start),
+                       eta / 3600, eta / 60 % 60, eta % 60)
         << std::flush;
 }
 
 template <class T>
-std::pair<double, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std::int64_t epoch,
-                                                       double start) {
+std::pair<LossSums, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std::int64_t epoch,
+                                                         double start) {
   const auto& deck = pipeline_.deck();
   const auto& t = deck.training;
   const auto& c = deck.checkpoint;
   const auto order = epoch_order(train.samples, deck.seed, epoch, t.shuffle);
-  double loss_sum = 0;
+  LossSums sums;
   std::int64_t seen = 0;
   for (std::int64_t s = pipeline_.steps_done() - epoch * per_epoch_; s < per_epoch_; ++s) {
     const auto begin = s * t.batch_size;
     const auto n = std::min(t.batch_size, train.samples - begin);
-    loss_sum += pipeline_.step(train, order, begin, n).loss;
+    sums += pipeline_.step(train, order, begin, n);
     seen += n;
     if (c.every_steps > 0 && pipeline_.steps_done() % c.every_steps == 0) checkpoint();
     if (stop_ && stop_()) {
@@ -76,10 +82,19 @@ std::pair<double, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std
       break;
     }
     if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch_)
-      log_progress(epoch, s, loss_sum, seen, start);
+      log_progress(epoch, s, sums, seen, start);
   }
-  return {loss_sum, seen};
+  return {sums, seen};
 }
+
+namespace {
+// The test metrics of an epoch line: accuracy, or RMSE, MAE and R^2.
+std::string test_metrics(const Evaluation& e, bool regression) {
+  if (!regression) return fmt::format("test accuracy {:.4f}", e.accuracy);
+  const auto& m = e.regression;
+  return fmt::format("test rmse {:.4g}, mae {:.4g}, r2 {:.4f}", m.rmse_all, m.mae_all, m.r2_all);
+}
+}  // namespace
 
 template <class T>
 std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& test) {
@@ -97,7 +112,7 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
   fit_start_ = MPI_Wtime();
   for (std::int64_t epoch = pipeline_.steps_done() / per_epoch_; epoch < t.epochs; ++epoch) {
     const double start = MPI_Wtime();
-    auto [loss_sum, seen] = train_epoch(train, epoch, start);
+    auto [sums, seen] = train_epoch(train, epoch, start);
     if (stopped_) break;  // the same decision on every rank: no report of a partial epoch
     compat::fence("gpipe::Driver::epoch");
     MPI_Barrier(pipeline_.comm());
@@ -105,14 +120,18 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
     r.epoch = epoch + 1;
     r.seconds = MPI_Wtime() - start;
     r.samples_per_second = double(seen) / r.seconds;
-    loss_sum = pipeline_.from_last(loss_sum);
+    const double loss_sum = pipeline_.from_last(sums.loss);
     r.train_loss = seen > 0 ? loss_sum / double(seen) : 0.0;
+    const bool regression = pipeline_.deck().model.loss.regression();
+    if (regression)
+      r.train_metrics = regression_metrics(pipeline_.from_last(sums.moments), seen,
+                                           pipeline_.normalization().target_std);
     r.test = pipeline_.evaluate(test);
     if (log_)
-      *log_ << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, test accuracy "
-                           "{:.4f}, {:.0f} samples/s, {:.1f} s\n",
-                           r.epoch, t.epochs, r.train_loss, r.test.loss, r.test.accuracy,
-                           r.samples_per_second, r.seconds)
+      *log_ << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, {}, {:.0f} "
+                           "samples/s, {:.1f} s\n",
+                           r.epoch, t.epochs, r.train_loss, r.test.loss,
+                           test_metrics(r.test, regression), r.samples_per_second, r.seconds)
             << std::flush;
     reports.push_back(r);
     if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) checkpoint();

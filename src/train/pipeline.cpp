@@ -55,10 +55,45 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     batch_inputs_ = Matrix<T>("gpipe::Pipeline::batch_inputs", shard, deck.model.input_features);
     batch_inputs_host_ = Kokkos::create_mirror_view(batch_inputs_);
   }
-  if (cell_->is_last()) {
+  regression_ = deck.model.loss.regression();
+  outputs_ = deck.model.classes();
+  if (cell_->is_last() && !regression_) {
     batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard);
     batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
   }
+  if (cell_->is_last() && regression_) {
+    batch_targets_ = Matrix<T>("gpipe::Pipeline::batch_targets", shard, outputs_);
+    batch_targets_host_ = Kokkos::create_mirror_view(batch_targets_);
+  }
+}
+
+template <class T>
+Targets<T> Pipeline<T>::staged_targets() const {
+  if (regression_) return Targets<T>(ConstMatrix<T>(batch_targets_));
+  return Targets<T>(ConstLabelVector(batch_labels_));
+}
+
+template <class T>
+void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
+  NormalizationStats s = stats;
+  double in[3] = {s.input_scale, s.input_mean, s.input_std};
+  MPI_Bcast(in, 3, MPI_DOUBLE, shape_.rank_of(0, 0), comm_.get());
+  s.input_scale = in[0];
+  s.input_mean = in[1];
+  s.input_std = in[2];
+  s.target_mean = from_last(s.target_mean);
+  s.target_std = from_last(s.target_std);
+  normalization_ = s;
+}
+
+template <class T>
+std::vector<double> Pipeline<T>::from_last(std::vector<double> values) const {
+  const int root = shape_.rank_of(0, shape_.cells - 1);
+  long long size = (long long)values.size();
+  MPI_Bcast(&size, 1, MPI_LONG_LONG, root, comm_.get());
+  values.resize(size_t(size));
+  if (size > 0) MPI_Bcast(values.data(), int(size), MPI_DOUBLE, root, comm_.get());
+  return values;
 }
 
 template <class T>
@@ -86,11 +121,14 @@ double Pipeline<T>::from_last(double value) const {
 template <class T>
 LossSums Pipeline<T>::sum_over_replicas(LossSums sums) const {
   if (shape_.replicas == 1 || !cell_->is_last()) return sums;
-  double loss = sums.loss;
-  std::int64_t correct = sums.correct;
-  MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, grid_.replica_group());
-  MPI_Allreduce(MPI_IN_PLACE, &correct, 1, MPI_INT64_T, MPI_SUM, grid_.replica_group());
-  return {loss, correct};
+  MPI_Allreduce(MPI_IN_PLACE, &sums.loss, 1, MPI_DOUBLE, MPI_SUM, grid_.replica_group());
+  MPI_Allreduce(MPI_IN_PLACE, &sums.correct, 1, MPI_INT64_T, MPI_SUM, grid_.replica_group());
+  if (regression_) {  // a replica with an empty shard holds no moments yet
+    sums.moments.resize(size_t(4 * outputs_), 0.0);
+    MPI_Allreduce(MPI_IN_PLACE, sums.moments.data(), int(sums.moments.size()), MPI_DOUBLE, MPI_SUM,
+                  grid_.replica_group());
+  }
+  return sums;
 }
 
 template <class T>
@@ -103,8 +141,8 @@ void Pipeline<T>::agree(const std::string& error, const std::string& what) const
 
 template <class T>
 MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
-                                    const std::int32_t* labels, const std::int64_t* order,
-                                    std::int64_t n) {
+                                    const std::int32_t* labels, const float* targets,
+                                    const std::int64_t* order, std::int64_t n, bool normalize) {
   require(n >= 1 && n <= deck_.training.batch_size,
           fmt::format("a batch of {} samples: expected 1 to training.batch_size = {}", n,
                       deck_.training.batch_size));
@@ -114,15 +152,26 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
     const auto f = features;
     require(f == deck_.model.input_features,
             fmt::format("samples have {} features but model.input is {}", f, deck_.model.input_features));
+    const auto& z = normalization_;
     for (std::int64_t i = 0; i < shard.size; ++i) {
       const float* x = inputs + row(i) * f;
-      for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(x[j]);
+      if (normalize)
+        for (std::int64_t j = 0; j < f; ++j)
+          batch_inputs_host_(i, j) = T((double(x[j]) * z.input_scale - z.input_mean) / z.input_std);
+      else
+        for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(x[j]);
     }
     Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
   }
-  if (cell_->is_last() && labels) {
+  if (cell_->is_last() && labels && !regression_) {
     for (std::int64_t i = 0; i < shard.size; ++i) batch_labels_host_(i) = labels[row(i)];
     Kokkos::deep_copy(batch_labels_, batch_labels_host_);
+  }
+  if (cell_->is_last() && targets && regression_) {
+    const auto p = outputs_;
+    for (std::int64_t i = 0; i < shard.size; ++i)
+      for (std::int64_t j = 0; j < p; ++j) batch_targets_host_(i, j) = T(targets[row(i) * p + j]);
+    Kokkos::deep_copy(batch_targets_, batch_targets_host_);
   }
   return shard;
 }
@@ -130,14 +179,27 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
 template <class T>
 LossSums Pipeline<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                            std::int64_t begin, std::int64_t n) {
-  const MicroBatch shard =
-      stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+  const MicroBatch shard = stage_batch(data.inputs.data(), data.features, data.labels.data(),
+                                       data.targets.data(), order.data() + begin, n);
   return step_staged(n, shard);
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
+  if (regression_)
+    throw InputError(fmt::format("model.loss is {}: a training step needs float targets (n, {}), "
+                                 "not class labels",
+                                 deck_.model.loss.type, outputs_));
+  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, labels, nullptr, nullptr, n);
+  return step_staged(n, shard);
+}
+
+template <class T>
+LossSums Pipeline<T>::step(const float* inputs, const float* targets, std::int64_t n) {
+  if (!regression_)
+    throw InputError("model.loss is softmax_cross_entropy: a training step needs integer class "
+                     "labels, not float targets");
+  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, nullptr, targets, nullptr, n);
   return step_staged(n, shard);
 }
 
@@ -155,7 +217,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);
     cell_->zero_gradients();
   }
-  LossSums sums = cell_->train_step(batch_inputs_, batch_labels_, shard.size,
+  LossSums sums = cell_->train_step(batch_inputs_, staged_targets(), shard.size,
                                     std::uint64_t(steps_done_), {shard.offset, n});
   if (reducer_) {
     const Tracer::Scope wait(&tracer_, EventKind::ReduceWait, -1);
@@ -177,10 +239,11 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 }
 
 template <class T>
-std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
+void Pipeline<T>::predict_chunk(const float* inputs, std::int64_t n, T* result) {
+  const MicroBatch shard =
+      stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, nullptr, n, true);
   const std::int64_t classes = deck_.model.classes();
-  std::vector<T> out(static_cast<size_t>(n * classes));
+  std::vector<T> out(static_cast<size_t>(n * classes));  // n <= batch_size
   Matrix<T> logits;
   if (cell_->is_last()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
@@ -200,6 +263,24 @@ std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
     }
   }
   MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
+  const auto& z = normalization_;
+  if (regression_ && std::int64_t(z.target_mean.size()) == classes)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < classes; ++j) {
+        T& v = out[size_t(i * classes + j)];
+        v = T(double(v) * z.target_std[size_t(j)] + z.target_mean[size_t(j)]);
+      }
+  std::copy(out.begin(), out.end(), result);
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
+  require(n >= 1, fmt::format("predict: n = {} samples, expected at least 1", n));
+  const std::int64_t chunk = deck_.training.batch_size, classes = deck_.model.classes();
+  std::vector<T> out(static_cast<size_t>(n * classes));
+  for (std::int64_t begin = 0; begin < n; begin += chunk)
+    predict_chunk(inputs ? inputs + begin * deck_.model.input_features : nullptr, std::min(chunk, n - begin),
+                  out.data() + begin * classes);
   return out;
 }
 
@@ -217,16 +298,19 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   LossSums total;
   for (std::int64_t begin = 0; begin < data.samples; begin += N) {
     const auto n = std::min(N, data.samples - begin);
-    const MicroBatch shard =
-        stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+    const MicroBatch shard = stage_batch(data.inputs.data(), data.features, data.labels.data(),
+                                         data.targets.data(), order.data() + begin, n);
     if (shard.size == 0) continue;  // fewer samples than replicas
-    const LossSums s = cell_->evaluate(batch_inputs_, batch_labels_, shard.size);
-    total.loss += s.loss;
-    total.correct += s.correct;
+    total += cell_->evaluate(batch_inputs_, staged_targets(), shard.size);
   }
   total = sum_over_replicas(total);
   const double loss = from_last(total.loss), correct = from_last(double(total.correct));
-  return {loss / double(data.samples), correct / double(data.samples)};
+  Evaluation e;
+  e.loss = loss / double(data.samples);
+  e.accuracy = regression_ ? 0.0 : correct / double(data.samples);
+  if (regression_)
+    e.regression = regression_metrics(from_last(total.moments), data.samples, normalization_.target_std);
+  return e;
 }
 
 template <class T>
@@ -249,6 +333,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   info.optimizer = deck_.optimizer.type;
   info.optimizer_steps = optimizer_->steps();
   info.deck = deck_.text;
+  info.normalization = normalization_;
   if (shape_.replicas == 1) return write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
   std::string error;
   if (grid_.replica() == 0) {  // one copy: the replicas are identical
@@ -289,6 +374,7 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
   steps_done_ = info.step;
+  normalization_ = info.normalization;
   if (info.seed != deck_.seed && comm_.rank() == 0)
     spdlog::warn("{}: written with seed {}, the deck has seed {}: the data order and Dropout masks "
                  "differ from an uninterrupted run",

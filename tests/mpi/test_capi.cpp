@@ -67,7 +67,7 @@ TEST(CApi, WrongSizesAndLabels) {
   EXPECT_STREQ(gpipe_last_error(), "gpipe_train_step: labels[3] = 4 is outside [0, 4)");
   std::vector<float> logits(8 * 4);
   EXPECT_EQ(gpipe_predict(t, b.inputs.data(), 0, logits.data()), GPIPE_ERROR_INPUT);
-  EXPECT_STREQ(gpipe_last_error(), "gpipe_predict: n = 0 samples, expected 1 to 8 (batch_size)");
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_predict: n = 0 samples, expected at least 1");
   int64_t count = 0;
   ASSERT_EQ(gpipe_parameter_count(t, &count), GPIPE_OK);
   EXPECT_EQ(count, 5 * 12 + 12 + 12 * 4 + 4);

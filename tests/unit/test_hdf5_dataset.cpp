@@ -94,7 +94,7 @@ TEST(Hdf5DatasetErrors, ExactMessages) {
   const auto ints = make_file("ints.h5", true);
   EXPECT_EQ(error_of(ints), ints + ": dataset 'inputs' must hold floating-point values");
   const auto floats = make_file("floats.h5", false, true);
-  EXPECT_EQ(error_of(floats), floats + ": dataset 'labels' must hold integer values");
+  EXPECT_EQ(error_of(floats), floats + ": dataset 'labels' must hold integer values (float targets need a regression loss: set model.loss to mse, mae or huber)");
   const auto longer = make_file("mismatch.h5", false, false, 4);
   EXPECT_EQ(error_of(longer), longer + ": 'inputs' has 3 samples but 'labels' has 4");
 }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpipe/io/dataset.hpp"
 #include "gpipe/layers/factory.hpp"
 
 namespace gpipe {
@@ -26,6 +27,9 @@ struct CheckpointInfo {
   std::string optimizer;            ///< optimizer type
   std::int64_t optimizer_steps = 0; ///< the optimizer's own step count (Adam's t)
   std::string deck;                 ///< the deck text, for provenance
+  /// Input and target normalization the model was trained with (group
+  /// /normalization; identity when a checkpoint has none).
+  NormalizationStats normalization;
 };
 
 /// This rank's share: layers [first_layer, first_layer + layer_count) of
@@ -59,6 +63,12 @@ template <class T>
 CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
                                const std::string& optimizer, CheckpointShard<T>& shard,
                                MPI_Comm comm);
+
+/// The root attributes (step, precision, the deck text, ...) and the
+/// normalization of checkpoint `path`, read by this process alone (not
+/// collective): what an inference run needs to rebuild the model. Throws
+/// InputError for a missing, unreadable or unsupported file.
+CheckpointInfo read_checkpoint_info(const std::string& path);
 
 /// Name of the checkpoint after `step` steps: DIRECTORY/ckpt_000000123.h5.
 std::string checkpoint_path(const std::string& directory, std::int64_t step);

@@ -8,14 +8,27 @@
 
 namespace gpipe {
 
-/// samples x features inputs (row-major, float) and one label per sample.
+/// samples x features inputs (row-major, float) and, per sample, one class
+/// label (classification) or `outputs` float targets (regression).
 struct Dataset {
   std::string name;             ///< inputs file, for messages
-  std::string labels_name;      ///< labels file, for messages
+  std::string labels_name;      ///< labels (or targets) file, for messages
   std::int64_t samples = 0;
   std::int64_t features = 0;
   std::vector<float> inputs;    ///< (samples, features), row-major
-  std::vector<std::int32_t> labels;  ///< (samples)
+  std::vector<std::int32_t> labels;  ///< (samples); empty for regression data
+  std::int64_t outputs = 0;          ///< regression: targets per sample (0: classification)
+  std::vector<float> targets;        ///< (samples, outputs), row-major; empty for classification
+};
+
+/// The normalization a trained model expects, stored in its checkpoints
+/// (docs/file-formats.md) and applied by Pipeline::predict and gpipe-infer:
+/// inputs x -> (x * input_scale - input_mean) / input_std (all features
+/// pooled); targets y_j -> (y_j - target_mean[j]) / target_std[j] for
+/// training, outputs de-normalized the inverse way. Defaults: identity.
+struct NormalizationStats {
+  double input_scale = 1, input_mean = 0, input_std = 1;
+  std::vector<double> target_mean, target_std;  ///< per output; empty: identity
 };
 
 /// Per-feature-independent input normalization.
@@ -31,16 +44,22 @@ struct DataSpec {
   std::string train_images, train_labels, test_images, test_labels;  ///< idx files
   std::string train_file, test_file;      ///< hdf5 files
   std::string inputs_dataset = "inputs";  ///< hdf5: (N, features) floating point
-  std::string labels_dataset = "labels";  ///< hdf5: (N) integers
+  std::string labels_dataset = "labels";  ///< hdf5: (N) integers (classification)
+  std::string targets_dataset = "targets";  ///< hdf5: (N, outputs) or (N) floating point (regression)
+  bool regression = false;                ///< read targets_dataset, not labels (model.loss is a regression loss)
+  std::string normalize_targets = "none";  ///< regression: none | standardize (per output)
   std::string normalize = "standardize";  ///< none | scale (idx only) | standardize
   std::int64_t train_limit = 0;           ///< use only the first N training samples (0 = all)
   std::int64_t test_limit = 0;            ///< use only the first N test samples (0 = all)
 };
 
 /// Loads the training and test sets `spec` names, normalizing both with the
-/// training set's statistics. With with_inputs = false only labels are read.
+/// training set's statistics (stored into `stats` if not null: the input
+/// part only when with_inputs, the target part only for regression data).
+/// With with_inputs = false only labels or targets are read.
 /// Throws InputError naming the file and the problem.
-std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs);
+std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inputs,
+                                            NormalizationStats* stats = nullptr);
 
 /// Reads samples from an HDF5 file: `inputs` (N, features), any floating-point
 /// type, read as float; `labels` (N), any integer type, read as int32. Keeps
@@ -49,6 +68,22 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
 /// or different sample counts.
 Dataset load_hdf5_dataset(const std::string& file, const std::string& inputs,
                           const std::string& labels, std::int64_t limit, bool with_inputs = true);
+
+/// Reads regression samples from an HDF5 file: `inputs` (N, features) and
+/// `targets` (N, outputs) or (N), any floating-point types, read as float;
+/// keeps the first `limit` samples (0 = all). Throws InputError as
+/// load_hdf5_dataset (integer targets: "must hold floating-point values").
+Dataset load_hdf5_regression(const std::string& file, const std::string& inputs,
+                             const std::string& targets, std::int64_t limit, bool with_inputs = true);
+
+/// Reads only the inputs `inputs` (N, features), any floating-point type, of
+/// an HDF5 file as float (inference). Throws InputError as load_hdf5_dataset.
+Dataset load_hdf5_inputs(const std::string& file, const std::string& inputs);
+
+/// Standardizes the targets of `data` per output in place, y_j -> (y_j -
+/// mean_j) / std_j; mean and std come from `data` into `stats` if `fit`
+/// (a constant output gets std 1), else from `stats`.
+void standardize_targets(Dataset& data, NormalizationStats& stats, bool fit);
 
 /// Standardizes inputs in place: (x - mean) / stddev, all features pooled;
 /// mean and stddev are computed from `data` and stored into `norm` if `fit`.

@@ -4,19 +4,19 @@
 #include <cstdint>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/loss/loss.hpp"
 
 namespace gpipe {
 
-/// Sums over the rows of one micro-batch.
-struct LossSums {
-  double loss = 0;          ///< sum over rows of -log softmax(z)_label
-  std::int64_t correct = 0; ///< rows whose arg-max logit equals the label
-};
-
 /// Numerically stable softmax cross-entropy: loss_i = logsumexp(z_i) - z_i[label_i].
 template <class T>
-class SoftmaxCrossEntropy {
+class SoftmaxCrossEntropy final : public Loss<T> {
  public:
+  /// Loss::evaluate on targets.labels (see below); LossSums::loss sums
+  /// -log softmax(z)_label, LossSums::correct counts arg-max hits.
+  LossSums evaluate(ConstMatrix<T> logits, const Targets<T>& targets, T scale,
+                    Matrix<T> dlogits) override;
+
   /// logits z: (n, classes); labels: (n), each in [0, classes).
   /// If dlogits has extent n (not 0), writes dL/dz = scale * (softmax(z) - onehot(label))
   /// into it; pass scale = 1/N, N the *mini-batch* size, so the loss is the

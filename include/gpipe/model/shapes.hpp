@@ -12,6 +12,15 @@
 
 namespace gpipe {
 
+/// The loss the last cell applies (deck `model.loss`, `model.huber_delta`).
+struct LossSpec {
+  /// softmax_cross_entropy (integer labels) | mse | mae | huber (float targets)
+  std::string type = "softmax_cross_entropy";
+  double huber_delta = 1.0;  ///< huber: quadratic for |e| <= delta, linear beyond
+  /// True for the losses that read float targets.
+  bool regression() const { return type != "softmax_cross_entropy"; }
+};
+
 /// The model: per-sample input shape, then layers in order (a Sequential model).
 struct ModelSpec {
   /// Deck `model.input`: [784] for flat features, [1, 28, 28] for images
@@ -21,11 +30,13 @@ struct ModelSpec {
   /// rows of this many values, whatever their shape.
   std::int64_t input_features = 0;
   std::vector<LayerSpec> layers;
+  LossSpec loss;
 
   /// `input`, or [input_features] when `input` is empty.
   Shape input_shape() const;
   /// Output features of each layer (size L); throws as model_shapes().
   std::vector<std::int64_t> output_features() const;
+  /// Outputs of the last layer: class logits, or regression outputs.
   std::int64_t classes() const { return output_features().back(); }
 };
 
@@ -53,7 +64,8 @@ LayerShape layer_shape(const LayerSpec& spec, const Shape& input, std::int64_t i
 /// The shape pass: every layer's shapes in order. Throws InputError for an
 /// empty model, a non-positive input, an unknown type, a layer that cannot
 /// take its input shape ("<where>: layer <i> (<type>) cannot take input shape
-/// [..]: expected ..."), and a last layer that does not output >= 2 logits.
+/// [..]: expected ..."), and a last layer that does not output a flat vector
+/// of >= 2 logits (classification) or >= 1 value (regression losses).
 std::vector<LayerShape> model_shapes(const ModelSpec& model);
 
 }  // namespace gpipe

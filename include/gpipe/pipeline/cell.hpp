@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gpipe/layers/factory.hpp"
-#include "gpipe/layers/softmax_cross_entropy.hpp"
+#include "gpipe/loss/loss.hpp"
 #include "gpipe/model/partition.hpp"
 #include "gpipe/pipeline/buffer_plan.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
@@ -36,8 +36,10 @@ struct BatchPlacement {
 /// holding layers [partition.first_layer(rank), +partition.counts[rank]).
 ///
 /// Data flow: the first cell reads micro-batches from the mini-batch inputs
-/// the caller passes; the last cell reads the labels the caller passes and
-/// computes the loss; other cells ignore those arguments (pass empty Views).
+/// the caller passes; the last cell reads the targets the caller passes
+/// (labels or float target rows, as model.loss needs) and computes the loss
+/// (make_loss(model.loss), chosen once here); other cells ignore those
+/// arguments (pass empty Views).
 /// Boundary activations go forward and their gradients backward with
 /// MPI_Isend/MPI_Irecv. Each receive is posted as soon as the buffer-plan
 /// slot it goes into is free (pipeline/buffer_plan.hpp), so transfers
@@ -53,15 +55,15 @@ class Cell {
        const CellOptions& options);
 
   /// One training step (options.schedule) on a mini-batch of n <= max_batch samples.
-  /// inputs: (n, model.input_features) on the first cell; labels: (n) on the
-  /// last. Adds dL/dparameters, with L the mean loss over the n samples, to
+  /// inputs: (n, model.input_features) on the first cell; targets on the
+  /// last: labels (n) or values (n, outputs). Adds dL/dparameters, with L the mean loss over the n samples, to
   /// gradients() (call zero_gradients() first). step keys Dropout.
   /// Returns the loss sums on the last cell, zeros elsewhere.
   /// With a `placement`, the n samples are samples [offset, offset + n) of a
   /// global mini-batch of global_size: the gradient is that of the mean loss
   /// over global_size samples and Dropout masks use global sample indices,
   /// so they do not depend on how the global batch is sharded.
-  LossSums train_step(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n,
+  LossSums train_step(ConstMatrix<T> inputs, const Targets<T>& targets, std::int64_t n,
                       std::uint64_t step, const BatchPlacement& placement = {});
 
   /// Called during train_step right after local layer l's backward of the
@@ -75,12 +77,13 @@ class Cell {
   /// buffers, in layer order; the last entry is the total (size layers + 1).
   std::vector<std::int64_t> parameter_offsets() const;
 
-  /// Forward-only pass (Dropout off) through the pipeline; loss sums and
-  /// correct predictions on the last cell, zeros elsewhere.
-  LossSums evaluate(ConstMatrix<T> inputs, ConstLabelVector labels, std::int64_t n);
+  /// Forward-only pass (Dropout off) through the pipeline; loss sums (and
+  /// correct predictions or regression moments) on the last cell, zeros elsewhere.
+  LossSums evaluate(ConstMatrix<T> inputs, const Targets<T>& targets, std::int64_t n);
 
-  /// Forward-only pass (Dropout off); the last cell writes the logits of the
-  /// n samples into `logits` (n, classes); other cells ignore it.
+  /// Forward-only pass (Dropout off); the last cell writes the last layer's
+  /// outputs (logits, or regression values) of the n samples into `logits`
+  /// (n, outputs); other cells ignore it.
   void predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits);
 
   void zero_gradients();
@@ -110,7 +113,8 @@ class Cell {
  private:
   const CellBufferPlan& train_plan() const { return train_plan_; }
 
-  LossSums run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs, ConstLabelVector labels,
+  LossSums run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs,
+               const Targets<T>& targets,
                std::int64_t n, std::uint64_t step, bool training);
   void forward(int m, bool keep, bool training, LossSums& sums);
   void post_receives(int m, bool training);
@@ -140,7 +144,7 @@ class Cell {
   std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L_k-2
   Matrix<T> logits_;                            // last cell: (capacity, classes)
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
-  SoftmaxCrossEntropy<T> loss_;
+  std::unique_ptr<Loss<T>> loss_;               // last cell
   std::int64_t activation_bytes_ = 0;
   Tracer* tracer_ = nullptr;
   std::function<void(int)> gradient_ready_;
@@ -152,7 +156,7 @@ class Cell {
   std::vector<int> activation_slot_;       // [m] activations slot m's layers use now
   std::vector<std::vector<int>> posts_;    // [op + 1] micro-batches whose receives are posted after op
   ConstMatrix<T> batch_inputs_;
-  ConstLabelVector batch_labels_;
+  Targets<T> batch_targets_;
   Matrix<T> predict_logits_;  // set during predict(): the last cell's output goes here
   std::int64_t batch_size_ = 0;
   BatchPlacement placement_;

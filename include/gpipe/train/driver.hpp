@@ -18,6 +18,9 @@ namespace gpipe {
 struct EpochReport {
   std::int64_t epoch = 0;  ///< 1-based
   double train_loss = 0;   ///< mean over the epoch's samples, as trained
+  /// Regression: training-set metrics over the epoch's steps, as trained
+  /// (weights changing during the epoch), in the data's units.
+  RegressionMetrics train_metrics;
   Evaluation test;
   double seconds = 0;      ///< training time of the epoch (evaluation excluded)
   double samples_per_second = 0;
@@ -43,6 +46,9 @@ class Driver {
   /// Whether the last fit ended on a stop request.
   bool stopped() const { return stopped_; }
 
+  /// Progress lines show the running mean loss (and, for a regression loss,
+  /// the running training RMSE in the data's units); epoch lines the test
+  /// loss and accuracy (classification) or test RMSE, MAE and R^2 (regression).
   /// Trains until deck.training.epochs epochs are complete (resuming from
   /// pipeline.steps_done() after a restart), evaluating `test` after each
   /// epoch and writing checkpoints as deck.checkpoint asks. Sets the
@@ -63,10 +69,10 @@ class Driver {
 
  private:
   // One epoch's training steps from the pipeline's current step; returns the
-  // loss sum (valid on the last cell) and the samples seen.
-  std::pair<double, std::int64_t> train_epoch(const Dataset& train, std::int64_t epoch,
-                                              double start);
-  void log_progress(std::int64_t epoch, std::int64_t step, double loss_sum, std::int64_t seen,
+  // loss sums (valid on the last cell) and the samples seen.
+  std::pair<LossSums, std::int64_t> train_epoch(const Dataset& train, std::int64_t epoch,
+                                                double start);
+  void log_progress(std::int64_t epoch, std::int64_t step, const LossSums& sums, std::int64_t seen,
                     double start);
 
   Pipeline<T>& pipeline_;

@@ -24,8 +24,11 @@
 namespace gpipe {
 
 struct Evaluation {
-  double loss = 0;      ///< mean loss per sample
-  double accuracy = 0;  ///< fraction of correct predictions
+  double loss = 0;      ///< mean loss per sample (in the units the model trains in)
+  double accuracy = 0;  ///< classification: fraction of correct predictions
+  /// Regression losses: RMSE, MAE, R^2 per output and overall, in the
+  /// data's units (target normalization undone); empty for classification.
+  RegressionMetrics regression;
 };
 
 /// GPipe training of deck.model on the ranks of `comm`.
@@ -70,12 +73,31 @@ class Pipeline {
                 std::int64_t n);
 
   /// One step on caller arrays: inputs (n, input features) row-major float32
-  /// and labels (n), host memory. Collective.
+  /// and labels (n), host memory, already normalized. Collective. Throws
+  /// InputError for a regression loss (pass float targets).
   LossSums step(const float* inputs, const std::int32_t* labels, std::int64_t n);
+  /// One step with float targets (n, outputs) row-major (regression losses:
+  /// model.loss mse, mae or huber), inputs and targets already normalized.
+  /// Collective. Throws InputError for softmax_cross_entropy (pass labels).
+  LossSums step(const float* inputs, const float* targets, std::int64_t n);
 
-  /// Logits (n, classes), row-major, of inputs (n, input features), on every
-  /// rank (Dropout off). Collective.
+  /// Outputs (n, outputs) row-major of the last layer (class logits, or
+  /// regression values) for inputs (n, input features) row-major in the
+  /// data's own units, on every rank (Dropout off; any 1 <= n <=
+  /// training.batch_size). The inputs are normalized with normalization()
+  /// first and regression outputs de-normalized (y = out * target_std +
+  /// target_mean), so a model loaded from a checkpoint predicts in the units
+  /// of its training data; with the default (identity) normalization the
+  /// arrays pass through unchanged. Micro-batched and pipelined over the K
+  /// cells; each replica computes a shard. Collective.
   std::vector<T> predict(const float* inputs, std::int64_t n);
+
+  /// The input/target normalization predict() applies and checkpoints
+  /// store. Collective: the input part is taken from the first cell of
+  /// replica 0 and the target part from its last cell (the ranks that read
+  /// inputs and targets), so other ranks may pass anything.
+  void set_normalization(const NormalizationStats& stats);
+  const NormalizationStats& normalization() const { return normalization_; }
 
   /// Forward-only evaluation of all of `data`; the result is valid on every
   /// rank. Collective.
@@ -99,6 +121,8 @@ class Pipeline {
 
   /// `value` as the last cell of replica 0 holds it, on every rank. Collective.
   double from_last(double value) const;
+  /// As from_last(double), for a vector (its size as the last cell holds it).
+  std::vector<double> from_last(std::vector<double> values) const;
 
   /// Writes the state (parameters, optimizer state, step) to `path`: one
   /// copy, written by replica 0's pipeline (the replicas are identical).
@@ -145,8 +169,15 @@ class Pipeline {
  private:
   // Copies this replica's shard of rows order[0..n) (identity if order is
   // null) of inputs/labels into the batch buffers; returns the shard.
+  // Regression: the rows of `targets` (n, outputs) instead of labels.
+  // normalize: apply normalization_ to the inputs (predict).
   MicroBatch stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
-                         const std::int64_t* order, std::int64_t n);
+                         const float* targets, const std::int64_t* order, std::int64_t n,
+                         bool normalize = false);
+  // predict() of n <= batch_size samples into result (n, outputs).
+  void predict_chunk(const float* inputs, std::int64_t n, T* result);
+  // The staged targets the loss reads: labels or float target rows.
+  Targets<T> staged_targets() const;
   LossSums step_staged(std::int64_t n, const MicroBatch& shard);
   // Sums loss sums over the replica group on the last cells (D > 1).
   LossSums sum_over_replicas(LossSums sums) const;
@@ -168,6 +199,11 @@ class Pipeline {
   typename Matrix<T>::host_mirror_type batch_inputs_host_;
   LabelVector batch_labels_;
   typename LabelVector::host_mirror_type batch_labels_host_;
+  Matrix<T> batch_targets_;  // regression, last cell: (shard, outputs)
+  typename Matrix<T>::host_mirror_type batch_targets_host_;
+  bool regression_ = false;
+  std::int64_t outputs_ = 0;
+  NormalizationStats normalization_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t steps_per_epoch_ = 0;

@@ -1,0 +1,147 @@
+// gpipe-infer: predictions of a trained model (a gpipe checkpoint) for the
+// inputs in an HDF5 file, pipelined over the MPI ranks and micro-batched as
+// the training deck (stored in the checkpoint) says. See docs/inference.md.
+
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "gpipe/config.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/runtime.hpp"
+#include "gpipe/io/checkpoint.hpp"
+#include "gpipe/io/dataset.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/io/predictions.hpp"
+#include "gpipe/train/pipeline.hpp"
+
+namespace {
+
+constexpr int kExitInputError = 2;
+constexpr int kExitRuntimeError = 1;
+
+struct Options {
+  std::string checkpoint, input, output;
+  std::string inputs_dataset = "inputs", output_dataset = "predictions";
+  int cells = 0;
+  std::int64_t batch_size = 0;
+  int micro_batches = 0;
+};
+
+// Runs `step`; if it throws InputError on any rank, that rank prints it and
+// every rank returns false (no rank waits in a collective another never enters).
+template <class F>
+bool on_all_ranks(int rank, F&& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const gpipe::InputError& e) {
+    error = e.what();
+  }
+  int local = error.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!error.empty()) std::cerr << fmt::format("gpipe-infer: error (rank {}): {}\n", rank, error);
+  return any == 0;
+}
+
+template <class T>
+int infer(const gpipe::Deck& deck, const gpipe::CheckpointInfo& info, const Options& o, int rank) {
+  std::unique_ptr<gpipe::Pipeline<T>> pipeline;
+  gpipe::Dataset data;
+  if (!on_all_ranks(rank, [&] {
+        pipeline = std::make_unique<gpipe::Pipeline<T>>(deck, MPI_COMM_WORLD);
+        // Every rank reads the inputs (only the first cells use them).
+        data = gpipe::load_hdf5_inputs(o.input, o.inputs_dataset);
+        if (data.features != deck.model.input_features)
+          throw gpipe::InputError(fmt::format("{}: samples have {} features but the model takes {}",
+                                              data.name, data.features, deck.model.input_features));
+      }))
+    return kExitInputError;
+  if (!on_all_ranks(rank, [&] { pipeline->load_checkpoint(o.checkpoint); })) return kExitInputError;
+  const double start = MPI_Wtime();
+  const std::vector<T> out = pipeline->predict(data.inputs.data(), data.samples);
+  const double seconds = MPI_Wtime() - start;
+  const std::int64_t outputs = deck.model.classes();
+  if (!on_all_ranks(rank, [&] {
+        if (rank != 0) return;
+        gpipe::PredictionInfo p{o.checkpoint, data.name, deck.model.loss.type, info.step};
+        gpipe::write_predictions(o.output, o.output_dataset, out, data.samples, outputs, p);
+      }))
+    return kExitInputError;
+  if (rank == 0)
+    fmt::print("gpipe-infer: {} samples x {} outputs ({}) from {} on {} ranks ({} replicas x {} "
+               "cells), {:.3f} s; written to {}:{}\n",
+               data.samples, outputs, deck.model.loss.type, o.checkpoint,
+               pipeline->grid().ranks(), pipeline->grid().replicas, pipeline->grid().cells, seconds,
+               o.output, o.output_dataset);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpipe::Runtime runtime(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  spdlog::set_pattern("gpipe-infer: %l: %v");
+
+  CLI::App app{
+      "Predict with a trained model: the checkpoint holds the model (its training deck), the "
+      "weights and the input/target normalization. Inputs are raw samples in the units of the "
+      "training data; regression outputs come back in the targets' units, classification outputs "
+      "are logits (plus their arg-max).\n\n"
+      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600.h5 --input x.h5 --output y.h5\n\n"
+      "Any number of ranks: by default all ranks form one pipeline (K = ranks cells); --cells K "
+      "makes ranks/K data-parallel replicas. Output layout: docs/file-formats.md, \"Predictions\".",
+      "gpipe-infer"};
+  Options o;
+  app.add_option("checkpoint", o.checkpoint, "Checkpoint written by gpipe-train (ckpt_*.h5)")
+      ->required();
+  app.add_option("--input", o.input, "HDF5 file with the inputs (N, features)")->required();
+  app.add_option("--output", o.output, "HDF5 file to write (replaced if it exists)")->required();
+  app.add_option("--inputs-dataset", o.inputs_dataset, "Dataset of the inputs in --input")
+      ->capture_default_str();
+  app.add_option("--output-dataset", o.output_dataset, "Dataset of the predictions in --output")
+      ->capture_default_str();
+  app.add_option("--cells", o.cells, "Pipeline cells K (0 = all ranks; ranks/K replicas)")
+      ->capture_default_str();
+  app.add_option("--batch-size", o.batch_size,
+                 "Samples per forward pass (default: the deck's training.batch_size)");
+  app.add_option("--micro-batches", o.micro_batches,
+                 "Micro-batches per forward pass (default: the deck's training.micro_batches)");
+  app.set_version_flag("--version", [] { return gpipe::build_description(); });
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+    for (const auto& extra : app.remaining())
+      if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
+  } catch (const CLI::ParseError& e) {
+    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
+  }
+
+  gpipe::Deck deck;
+  gpipe::CheckpointInfo info;
+  if (!on_all_ranks(rank, [&] {
+        info = gpipe::read_checkpoint_info(o.checkpoint);
+        std::vector<std::string> sets{"parallel.cells=" + std::to_string(o.cells)};
+        if (o.batch_size > 0) sets.push_back("training.batch_size=" + std::to_string(o.batch_size));
+        if (o.micro_batches > 0)
+          sets.push_back("training.micro_batches=" + std::to_string(o.micro_batches));
+        deck = gpipe::parse_deck(info.deck, o.checkpoint + " (deck)", sets);
+      }))
+    return kExitInputError;
+  try {
+    return deck.precision == "double" ? infer<double>(deck, info, o, rank)
+                                      : infer<float>(deck, info, o, rank);
+  } catch (const gpipe::InputError& e) {
+    std::cerr << "gpipe-infer: error (rank " << rank << "): " << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
+  } catch (const std::exception& e) {
+    std::cerr << "gpipe-infer: error (rank " << rank << "): " << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, kExitRuntimeError);
+  }
+  return kExitRuntimeError;
+}

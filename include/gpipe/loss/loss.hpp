@@ -1,0 +1,92 @@
+#pragma once
+// The loss the last cell applies to the model's outputs: one interface,
+// chosen once per model (deck `model.loss`), the targets it reads (integer
+// class labels or float target rows), and the metrics that fit it.
+// Definitions: docs/input-deck.md ("model.loss") and docs/design.md.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpipe/core/views.hpp"
+#include "gpipe/model/shapes.hpp"
+
+namespace gpipe {
+
+/// Sums over the rows of one micro-batch (or of many: operator+=).
+struct LossSums {
+  double loss = 0;           ///< sum over rows of the per-sample loss
+  std::int64_t correct = 0;  ///< classification: rows whose arg-max output equals the label
+  /// Regression: 4 sums per output j, [4j + 0] sum of e^2, [4j + 1] sum of
+  /// |e|, [4j + 2] sum of y, [4j + 3] sum of y^2, with e = prediction - y
+  /// (y the target, in the units the model is trained in). Empty otherwise.
+  std::vector<double> moments;
+
+  /// Adds another set of sums (moments element-wise; an empty side counts as zeros).
+  LossSums& operator+=(const LossSums& other);
+};
+
+/// What the loss compares the outputs with: class labels (n) for
+/// softmax_cross_entropy, or float targets (n, outputs) row-major for the
+/// regression losses. The other member is empty.
+template <class T>
+struct Targets {
+  ConstLabelVector labels;
+  ConstMatrix<T> values;
+
+  Targets() = default;
+  Targets(ConstLabelVector l) : labels(std::move(l)) {}  // NOLINT: implicit on purpose
+  Targets(ConstMatrix<T> v) : values(std::move(v)) {}    // NOLINT: implicit on purpose
+  /// Rows held (labels or target rows).
+  std::int64_t size() const {
+    return values.extent(0) > 0 ? std::int64_t(values.extent(0)) : std::int64_t(labels.extent(0));
+  }
+  /// Rows [offset, offset + count) (no copy); an empty member stays empty.
+  Targets rows(std::int64_t offset, std::int64_t count) const {
+    Targets out;
+    const auto range = std::make_pair(offset, offset + count);
+    if (labels.extent(0) > 0) out.labels = Kokkos::subview(labels, range);
+    if (values.extent(0) > 0) out.values = Kokkos::subview(values, range, Kokkos::ALL);
+    return out;
+  }
+};
+
+/// A loss over the model's last-layer outputs.
+template <class T>
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  /// outputs: (n, outputs) row-major; targets: labels (n) or values
+  /// (n, outputs). If doutputs has extent n (not 0), writes dL/doutputs =
+  /// scale * d(loss_i)/d(outputs_i) into it; pass scale = 1/N with N the
+  /// global mini-batch size, so the loss is the mean over the mini-batch
+  /// whatever its split into micro-batches and shards (GPipe sec. 2.2).
+  /// Throws PipelineError for labels outside [0, outputs) or targets of the
+  /// wrong kind or shape.
+  virtual LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
+                            Matrix<T> doutputs) = 0;
+};
+
+/// The loss `spec` names (softmax_cross_entropy, mse, mae, huber).
+/// Throws InputError for an unknown type or a non-positive Huber delta.
+template <class T>
+std::unique_ptr<Loss<T>> make_loss(const LossSpec& spec);
+
+/// Regression metrics, per output and over all outputs, in the data's
+/// units (targets de-standardized with `target_scale`).
+struct RegressionMetrics {
+  std::vector<double> rmse, mae, r2;  ///< per output
+  double rmse_all = 0;  ///< sqrt(mean over samples and outputs of e^2)
+  double mae_all = 0;   ///< mean over samples and outputs of |e|
+  double r2_all = 0;    ///< 1 - sum SSE / sum SStot, pooled over outputs
+};
+
+/// Metrics from LossSums::moments of `samples` rows. target_scale: the
+/// standard deviation each output's targets were divided by (empty: all 1),
+/// so RMSE and MAE come back in the data's units; R^2 is scale-free. An
+/// output whose targets are constant has R^2 = 0. No moments: empty metrics.
+RegressionMetrics regression_metrics(const std::vector<double>& moments, std::int64_t samples,
+                                     const std::vector<double>& target_scale = {});
+
+}  // namespace gpipe

@@ -1,0 +1,34 @@
+#pragma once
+// Element-wise regression losses on float targets: mse, mae, huber.
+
+#include "gpipe/loss/loss.hpp"
+
+namespace gpipe {
+
+/// loss_i = (1/p) sum_j l(e_ij), e = output - target, p outputs, with
+///   mse:   l(e) = e^2                      l'(e) = 2 e
+///   mae:   l(e) = |e|                      l'(e) = sign(e) (0 at e = 0)
+///   huber: l(e) = e^2 / 2 if |e| <= delta, delta (|e| - delta / 2) beyond;
+///          l'(e) = clamp(e, -delta, delta)   (Huber 1964)
+/// so the mean over samples is the mean over all elements (as PyTorch's
+/// MSELoss, L1Loss and HuberLoss with reduction "mean"). Fills
+/// LossSums::moments for the metrics.
+template <class T>
+class RegressionLoss final : public Loss<T> {
+ public:
+  enum class Kind { Mse, Mae, Huber };
+  explicit RegressionLoss(Kind kind, double delta = 1.0) : kind_(kind), delta_(delta) {}
+
+  /// targets.values: (n, outputs); throws PipelineError without them or
+  /// with another number of outputs.
+  LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
+                    Matrix<T> doutputs) override;
+
+ private:
+  Kind kind_;
+  double delta_;
+  Kokkos::View<double*, MemSpace> row_loss_;  // grown on demand
+  Kokkos::View<double*, MemSpace> moments_;   // 4 per output
+};
+
+}  // namespace gpipe

@@ -1,0 +1,67 @@
+#include "gpipe/loss/loss.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/layers/softmax_cross_entropy.hpp"
+#include "gpipe/loss/regression.hpp"
+
+namespace gpipe {
+
+LossSums& LossSums::operator+=(const LossSums& other) {
+  loss += other.loss;
+  correct += other.correct;
+  if (moments.size() < other.moments.size()) moments.resize(other.moments.size(), 0.0);
+  for (size_t i = 0; i < other.moments.size(); ++i) moments[i] += other.moments[i];
+  return *this;
+}
+
+template <class T>
+std::unique_ptr<Loss<T>> make_loss(const LossSpec& spec) {
+  using R = RegressionLoss<T>;
+  if (spec.type == "softmax_cross_entropy") return std::make_unique<SoftmaxCrossEntropy<T>>();
+  if (spec.type == "mse") return std::make_unique<R>(R::Kind::Mse);
+  if (spec.type == "mae") return std::make_unique<R>(R::Kind::Mae);
+  if (spec.type == "huber") {
+    if (!(spec.huber_delta > 0))
+      throw InputError(fmt::format("model.huber_delta: expected a positive number, got {}",
+                                   spec.huber_delta));
+    return std::make_unique<R>(R::Kind::Huber, spec.huber_delta);
+  }
+  throw InputError(fmt::format("model.loss: unknown loss '{}' (expected softmax_cross_entropy, "
+                               "mse, mae or huber)",
+                               spec.type));
+}
+
+RegressionMetrics regression_metrics(const std::vector<double>& moments, std::int64_t samples,
+                                     const std::vector<double>& target_scale) {
+  RegressionMetrics m;
+  const size_t p = moments.size() / 4;
+  if (p == 0 || samples <= 0) return m;
+  const double n = double(samples);
+  double se_all = 0, ae_all = 0, tot_all = 0;
+  for (size_t j = 0; j < p; ++j) {
+    const double s = j < target_scale.size() ? target_scale[j] : 1.0;
+    const double se = moments[4 * j] * s * s, ae = moments[4 * j + 1] * s;
+    const double sy = moments[4 * j + 2], syy = moments[4 * j + 3];
+    const double tot = std::max(syy - sy * sy / n, 0.0) * s * s;
+    m.rmse.push_back(std::sqrt(se / n));
+    m.mae.push_back(ae / n);
+    m.r2.push_back(tot > 0 ? 1.0 - se / tot : 0.0);
+    se_all += se;
+    ae_all += ae;
+    tot_all += tot;
+  }
+  m.rmse_all = std::sqrt(se_all / (n * double(p)));
+  m.mae_all = ae_all / (n * double(p));
+  m.r2_all = tot_all > 0 ? 1.0 - se_all / tot_all : 0.0;
+  return m;
+}
+
+template std::unique_ptr<Loss<float>> make_loss<float>(const LossSpec&);
+template std::unique_ptr<Loss<double>> make_loss<double>(const LossSpec&);
+
+}  // namespace gpipe
