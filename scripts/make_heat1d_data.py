@@ -7,7 +7,9 @@ The problem: u_t = alpha u_xx on x in [0, 1], u = 0 at both ends, with the
 initial condition u(x, 0) = sum_{k=1..4} a_k sin(k pi x). Its exact solution at
 t = 1 is u(x, 1) = sum_k a_k exp(-alpha k^2 pi^2) sin(k pi x). Each sample has
 
-  inputs  (5)       float32: a_1..a_4 uniform in [-1, 1], alpha uniform in [0.002, 0.05]
+  inputs  (5)       float32: a_1..a_4 uniform in [-1, 1], and 100 alpha with alpha
+                    uniform in [0.002, 0.05] (scaled to the amplitudes' range, as
+                    data.normalize: standardize pools all features)
   targets (points)  float64: u(x_i, 1) at the interior points x_i = i / (points + 1)
 
 (the map is nonlinear in alpha). OUT_DIR gets heat1d_train.h5 and
@@ -34,7 +36,7 @@ def samples(n, points, rng):
     decay = np.exp(-alpha * (k * np.pi) ** 2)                  # (n, 4)
     modes = np.sin(np.pi * np.outer(k, x))                      # (4, points)
     u = (a * decay) @ modes                                     # (n, points)
-    return np.hstack([a, alpha]).astype(np.float32), u.astype(np.float64)
+    return np.hstack([a, 100.0 * alpha]).astype(np.float32), u.astype(np.float64)
 
 
 def main():

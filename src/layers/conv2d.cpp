@@ -1,7 +1,11 @@
-// conv2d: 2-D convolution (cross-correlation, as in every framework) over
-// images, lowered to one GEMM per micro-batch through im2col/col2im.
+// conv2d and conv1d: 2-D convolution (cross-correlation, as in every
+// framework) over images [C, H, W], and 1-D convolution over signals [C, L]
+// (the same layer with H = 1 and a 1 x K kernel), lowered to one GEMM per
+// micro-batch through the one im2col/col2im of im2col.hpp.
 //
 // Deck: {type: conv2d, filters: F, kernel: K, stride: 1, padding: valid, bias: true}
+//       {type: conv1d, ...the same keys}: input [C, L], output [F, OL],
+//       weight (F, C*K) (PyTorch's Conv1d (F, C, K)).
 //   padding: valid (0), same (K odd: (K-1)/2, output ceil(H/stride)), or an integer >= 0.
 // Input [C, H, W]; output [F, OH, OW], OH = (H + 2 pad - K) / stride + 1 (floor).
 // Parameters: "weight" (F, C*K*K) row-major (PyTorch's (F, C, K, K)), He
@@ -32,14 +36,19 @@ struct Conv2dConfig : LayerConfig {
   bool same = false, bias = true;
 };
 
+// The window of a conv2d ([C, H, W]) or conv1d ([C, L]: H = 1, 1 x K kernel).
 detail::Window2d window(const Conv2dConfig& c, const Shape& in) {
+  const bool one_d = in.rank() == 2;
   detail::Window2d g;
   g.channels = in[0];
-  g.height = in[1];
-  g.width = in[2];
-  g.kernel_h = g.kernel_w = c.kernel;
-  g.stride_h = g.stride_w = c.stride;
-  g.pad_h = g.pad_w = c.padding;
+  g.height = one_d ? 1 : in[1];
+  g.width = one_d ? in[1] : in[2];
+  g.kernel_h = one_d ? 1 : c.kernel;
+  g.kernel_w = c.kernel;
+  g.stride_h = one_d ? 1 : c.stride;
+  g.stride_w = c.stride;
+  g.pad_h = one_d ? 0 : c.padding;
+  g.pad_w = c.padding;
   return g;
 }
 
@@ -137,9 +146,10 @@ class Conv2d final : public Layer<T> {
   Managed cols_, pix_;              // workspace
 };
 
-LayerEntry conv2d_entry() {
+// conv2d (rank 3 input) or conv1d (rank 2).
+LayerEntry conv_entry(const char* name, std::int64_t rank) {
   LayerEntry e;
-  e.name = "conv2d";
+  e.name = name;
   e.keys = {"filters", "kernel", "stride", "padding", "bias"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<Conv2dConfig>();
@@ -158,14 +168,16 @@ LayerEntry conv2d_entry() {
     }
     return c;
   };
-  e.output_shape = [](const LayerConfig& base, const Shape& in) {
+  e.output_shape = [rank](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const Conv2dConfig&>(base);
-    if (in.rank() != 3) throw ShapeMismatch("(channels, height, width)");
+    if (in.rank() != int(rank))
+      throw ShapeMismatch(rank == 3 ? "(channels, height, width)" : "(channels, length)");
     const auto g = window(c, in);
-    if (g.height + 2 * c.padding < c.kernel || g.width + 2 * c.padding < c.kernel)
-      throw ShapeMismatch(fmt::format("height and width of at least {} for kernel {} with padding {}",
+    if (g.height + 2 * g.pad_h < g.kernel_h || g.width + 2 * c.padding < c.kernel)
+      throw ShapeMismatch(fmt::format("{} of at least {} for kernel {} with padding {}",
+                                      rank == 3 ? "height and width" : "length",
                                       c.kernel - 2 * c.padding, c.kernel, c.padding));
-    return Shape{c.filters, g.out_h(), g.out_w()};
+    return rank == 3 ? Shape{c.filters, g.out_h(), g.out_w()} : Shape{c.filters, g.out_w()};
   };
   e.parameters = [](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const Conv2dConfig&>(base);
@@ -186,6 +198,6 @@ LayerEntry conv2d_entry() {
 
 }  // namespace
 
-GPIPE_LAYER_ENTRIES(conv2d) { return {conv2d_entry()}; }
+GPIPE_LAYER_ENTRIES(conv2d) { return {conv_entry("conv2d", 3), conv_entry("conv1d", 2)}; }
 
 }  // namespace gpipe

@@ -1,7 +1,9 @@
-// Pooling over images [C, H, W] (no padding; windows that do not fit are
-// dropped, as PyTorch and Keras 'valid' do):
+// Pooling over images [C, H, W] or signals [C, L] (no padding; windows that
+// do not fit are dropped, as PyTorch and Keras 'valid' do):
 //   {type: maxpool2d, size: S, stride: S}   output [C, OH, OW], OH = (H - S) / stride + 1
 //   {type: avgpool2d, size: S, stride: S}   (stride defaults to size)
+//   {type: maxpool1d | avgpool1d, size: S, stride: S}   input [C, L], output [C, OL]
+//                                           (the 2-D layer with H = 1 and a 1 x S window)
 //   {type: global_avgpool}                  output [C]: the mean over H x W
 // maxpool2d saves, per output element, the position of its maximum in the
 // window (a*S + b, the first maximum in row-major order) for backward:
@@ -24,13 +26,17 @@ struct PoolConfig : LayerConfig {
   std::int64_t size = 0, stride = 0;
 };
 
+// The window over [C, H, W], or over [C, L] as H = 1 with a 1 x S window.
 detail::Window2d window(const PoolConfig& c, const Shape& in) {
+  const bool one_d = in.rank() == 2;
   detail::Window2d g;
   g.channels = in[0];
-  g.height = in[1];
-  g.width = in[2];
-  g.kernel_h = g.kernel_w = c.size;
-  g.stride_h = g.stride_w = c.stride;
+  g.height = one_d ? 1 : in[1];
+  g.width = one_d ? in[1] : in[2];
+  g.kernel_h = one_d ? 1 : c.size;
+  g.kernel_w = c.size;
+  g.stride_h = one_d ? 1 : c.stride;
+  g.stride_w = c.stride;
   return g;
 }
 
@@ -42,31 +48,32 @@ class Pool2d final : public Layer<T> {
 
   void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
     const std::int64_t n = std::int64_t(x.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
-    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), S = g_.kernel_h, ST = g_.stride_h;
+    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), KH = g_.kernel_h, KW = g_.kernel_w;
+    const std::int64_t SH = g_.stride_h, SW = g_.stride_w;
     Kokkos::parallel_for(
         Max ? "gpipe::MaxPool2d::forward" : "gpipe::AvgPool2d::forward",
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * OH * OW}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t o) {
           const std::int64_t c = o / (OH * OW), oh = (o / OW) % OH, ow = o % OW;
-          const std::int64_t base = (c * H + oh * ST) * W + ow * ST;
+          const std::int64_t base = (c * H + oh * SH) * W + ow * SW;
           if (Max) {
             T best = x(i, base);
             std::int64_t arg = 0;
-            for (std::int64_t a = 0; a < S; ++a)
-              for (std::int64_t b = 0; b < S; ++b) {
+            for (std::int64_t a = 0; a < KH; ++a)
+              for (std::int64_t b = 0; b < KW; ++b) {
                 const T v = x(i, base + a * W + b);
                 if (v > best) {
                   best = v;
-                  arg = a * S + b;
+                  arg = a * KW + b;
                 }
               }
             y(i, o) = best;
             saved(i * C * OH * OW + o) = T(arg);
           } else {
             T sum = T(0);
-            for (std::int64_t a = 0; a < S; ++a)
-              for (std::int64_t b = 0; b < S; ++b) sum += x(i, base + a * W + b);
-            y(i, o) = sum / T(S * S);
+            for (std::int64_t a = 0; a < KH; ++a)
+              for (std::int64_t b = 0; b < KW; ++b) sum += x(i, base + a * W + b);
+            y(i, o) = sum / T(KH * KW);
           }
         });
   }
@@ -75,25 +82,26 @@ class Pool2d final : public Layer<T> {
                 SavedView<T> saved) override {
     if (dx.extent(0) == 0) return;
     const std::int64_t n = std::int64_t(dx.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
-    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), S = g_.kernel_h, ST = g_.stride_h;
+    const std::int64_t OH = g_.out_h(), OW = g_.out_w(), KH = g_.kernel_h, KW = g_.kernel_w;
+    const std::int64_t SH = g_.stride_h, SW = g_.stride_w;
     Kokkos::parallel_for(
         Max ? "gpipe::MaxPool2d::backward" : "gpipe::AvgPool2d::backward",
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * H * W}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
           const std::int64_t c = e / (H * W), h = (e / W) % H, w = e % W;
           T sum = T(0);
-          for (std::int64_t a = 0; a < S; ++a) {
-            const std::int64_t th = h - a;  // = oh * ST
-            if (th < 0 || th % ST != 0 || th / ST >= OH) continue;
-            for (std::int64_t b = 0; b < S; ++b) {
+          for (std::int64_t a = 0; a < KH; ++a) {
+            const std::int64_t th = h - a;  // = oh * SH
+            if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
+            for (std::int64_t b = 0; b < KW; ++b) {
               const std::int64_t tw = w - b;
-              if (tw < 0 || tw % ST != 0 || tw / ST >= OW) continue;
-              const std::int64_t o = (c * OH + th / ST) * OW + tw / ST;
+              if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
+              const std::int64_t o = (c * OH + th / SH) * OW + tw / SW;
               if (!Max) sum += dy(i, o);
-              else if (std::int64_t(saved(i * C * OH * OW + o)) == a * S + b) sum += dy(i, o);
+              else if (std::int64_t(saved(i * C * OH * OW + o)) == a * KW + b) sum += dy(i, o);
             }
           }
-          dx(i, e) = Max ? sum : sum / T(S * S);
+          dx(i, e) = Max ? sum : sum / T(KH * KW);
         });
   }
 
@@ -140,7 +148,8 @@ Shape image_input(const Shape& in) {
   return in;
 }
 
-LayerEntry pool_entry(const char* name, bool max) {
+// maxpool2d / avgpool2d (rank 3 input) or maxpool1d / avgpool1d (rank 2).
+LayerEntry pool_entry(const char* name, bool max, std::int64_t rank = 3) {
   LayerEntry e;
   e.name = name;
   e.keys = {"size", "stride"};
@@ -150,13 +159,15 @@ LayerEntry pool_entry(const char* name, bool max) {
     c->stride = k.integer("stride", c->size, 1, "a positive integer");
     return c;
   };
-  e.output_shape = [](const LayerConfig& base, const Shape& in) {
+  e.output_shape = [rank](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const PoolConfig&>(base);
-    image_input(in);
-    if (in[1] < c.size || in[2] < c.size)
-      throw ShapeMismatch(fmt::format("height and width of at least {} for size {}", c.size, c.size));
+    if (rank == 3) image_input(in);
+    if (rank == 2 && in.rank() != 2) throw ShapeMismatch("(channels, length)");
     const auto g = window(c, in);
-    return Shape{in[0], g.out_h(), g.out_w()};
+    if (g.height < g.kernel_h || g.width < c.size)
+      throw ShapeMismatch(fmt::format("{} of at least {} for size {}",
+                                      rank == 3 ? "height and width" : "length", c.size, c.size));
+    return rank == 3 ? Shape{in[0], g.out_h(), g.out_w()} : Shape{in[0], g.out_w()};
   };
   if (max)
     e.saved = [](const LayerConfig& base, const Shape& in) {
@@ -165,7 +176,9 @@ LayerEntry pool_entry(const char* name, bool max) {
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape& out, std::int64_t batch,
                bool input_gradient) {
     const auto& c = static_cast<const PoolConfig&>(base);
-    return (input_gradient ? 2.0 : 1.0) * double(batch) * double(out.size()) * double(c.size * c.size);
+    const auto g = window(c, in);
+    return (input_gradient ? 2.0 : 1.0) * double(batch) * double(out.size()) *
+           double(g.kernel_h * g.kernel_w);
   };
   return max ? with_factories<MaxPool2d>(e) : with_factories<AvgPool2d>(e);
 }
@@ -184,7 +197,8 @@ LayerEntry global_avgpool_entry() {
 }  // namespace
 
 GPIPE_LAYER_ENTRIES(pooling) {
-  return {pool_entry("maxpool2d", true), pool_entry("avgpool2d", false), global_avgpool_entry()};
+  return {pool_entry("maxpool2d", true), pool_entry("avgpool2d", false),
+          pool_entry("maxpool1d", true, 2), pool_entry("avgpool1d", false, 2), global_avgpool_entry()};
 }
 
 }  // namespace gpipe

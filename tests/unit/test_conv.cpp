@@ -42,6 +42,29 @@ TEST(ConvGradients, Pooling) {
   check("{type: flatten}", kImage, 1, {105});
 }
 
+// 3 channels of length-9 signals.
+const Shape kSignal{3, 9};
+
+TEST(ConvGradients, Conv1dAndPooling1d) {
+  check("{type: conv1d, filters: 2, kernel: 3, stride: 2, padding: 1}", kSignal, 3, {2, 5});
+  check("{type: conv1d, filters: 4, kernel: 3, padding: same}", kSignal, 1, {4, 9});
+  check("{type: conv1d, filters: 2, kernel: 4, bias: false}", kSignal, 2, {2, 6});
+  check("{type: maxpool1d, size: 2}", kSignal, 3, {3, 4});
+  check("{type: maxpool1d, size: 3, stride: 2}", kSignal, 1, {3, 4});  // overlapping windows
+  check("{type: avgpool1d, size: 3, stride: 1}", kSignal, 2, {3, 7});
+}
+
+TEST(ConvValues, Conv1dAndPool1dOnHandWrittenSignal) {
+  // One channel, kernel (1, 0, -1) + bias 0.5 on 1, 2, 4, 8, 16: x[l] - x[l+2] + 0.5.
+  LayerHarness c("{type: conv1d, filters: 1, kernel: 3}", {1, 5}, 1, false);
+  c.set_parameters({1, 0, -1, 0.5});
+  EXPECT_EQ(c.forward({1, 2, 4, 8, 16}), (std::vector<double>{-2.5, -5.5, -11.5}));
+  LayerHarness m("{type: maxpool1d, size: 2}", {2, 4}, 1, false);
+  EXPECT_EQ(m.forward({1, 3, 2, 0, -1, -2, 5, 4}), (std::vector<double>{3, 2, -1, 5}));
+  LayerHarness a("{type: avgpool1d, size: 2, stride: 1}", {1, 4}, 1, false);
+  EXPECT_EQ(a.forward({1, 3, 2, 0}), (std::vector<double>{2, 2.5, 1}));
+}
+
 TEST(ConvValues, Conv3x3OnHandWrittenImage) {
   // One 4x4 channel, one 3x3 filter, valid padding: a 2x2 output.
   LayerHarness h("{type: conv2d, filters: 1, kernel: 3}", {1, 4, 4}, 1, false);
@@ -129,6 +152,12 @@ TEST(ConvShapeErrors, ExactMessages) {
   EXPECT_EQ(deck_error("[1, 6, 6]", "[{type: conv2d, filters: 2, kernel: 3, padding: full}]"),
             "cnn.yaml:3:59: model.layers[0].padding: expected same, valid or an integer >= 0, got "
             "'full'");
+  EXPECT_EQ(deck_error("[1, 6, 6]", "[{type: conv1d, filters: 2, kernel: 3}, {type: flatten}, {type: dense, units: 2}]"),
+            "cnn.yaml:3:12 (model.layers[0]): layer 0 (conv1d) cannot take input shape [1, 6, 6]: "
+            "expected (channels, length)");
+  EXPECT_EQ(deck_error("[2, 4]", "[{type: maxpool1d, size: 5}, {type: flatten}, {type: dense, units: 2}]"),
+            "cnn.yaml:3:12 (model.layers[0]): layer 0 (maxpool1d) cannot take input shape [2, 4]: "
+            "expected length of at least 5 for size 5");
   EXPECT_EQ(deck_error("[1, 6, 6]", "[{type: maxpool2d, size: 0}]"),
             "cnn.yaml:3:36: model.layers[0].size: expected a positive integer, got 0");
 }

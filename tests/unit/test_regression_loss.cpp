@@ -134,7 +134,7 @@ TEST(RegressionMetrics, HandValues) {
   EXPECT_DOUBLE_EQ(s.rmse_all, std::sqrt(6.0));
   EXPECT_DOUBLE_EQ(s.r2_all, 1 - 24 / 2.5);
   // A perfect fit; a constant target has R^2 = 0.
-  const auto p = regression_metrics({0, 0, 4, 8, 0, 0, 2, 2}, 2);
+  const auto p = regression_metrics({0, 0, 4, 10, 0, 0, 2, 2}, 2);  // y = (1, 3) and (1, 1)
   EXPECT_DOUBLE_EQ(p.r2[0], 1.0);
   EXPECT_DOUBLE_EQ(p.r2[1], 0.0);
   EXPECT_TRUE(regression_metrics({}, 2).rmse.empty());
@@ -176,7 +176,7 @@ TEST(RegressionDeck, LossKeysAndErrors) {
   EXPECT_EQ(error("huber\n  huber_delta: -1"),
             "deck.yaml:5:16: model.huber_delta: expected a positive number, got -1");
   EXPECT_EQ(error("softmax_cross_entropy", ", normalize_targets: standardize"),
-            "deck.yaml:5:65: data.normalize_targets: only regression losses read float targets "
+            "deck.yaml:5:76: data.normalize_targets: only regression losses read float targets "
             "(model.loss is softmax_cross_entropy)");
 }
 
