@@ -146,8 +146,9 @@ class Conv2d final : public Layer<T> {
   Managed cols_, pix_;              // workspace
 };
 
-// conv2d (rank 3 input) or conv1d (rank 2).
-LayerEntry conv_entry(const char* name, std::int64_t rank) {
+// conv2d (Rank 3 input) or conv1d (Rank 2).
+template <int Rank>
+LayerEntry conv_entry(const char* name) {
   LayerEntry e;
   e.name = name;
   e.keys = {"filters", "kernel", "stride", "padding", "bias"};
@@ -168,16 +169,16 @@ LayerEntry conv_entry(const char* name, std::int64_t rank) {
     }
     return c;
   };
-  e.output_shape = [rank](const LayerConfig& base, const Shape& in) {
+  e.output_shape = [](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const Conv2dConfig&>(base);
-    if (in.rank() != int(rank))
-      throw ShapeMismatch(rank == 3 ? "(channels, height, width)" : "(channels, length)");
+    if (in.rank() != Rank)
+      throw ShapeMismatch(Rank == 3 ? "(channels, height, width)" : "(channels, length)");
     const auto g = window(c, in);
     if (g.height + 2 * g.pad_h < g.kernel_h || g.width + 2 * c.padding < c.kernel)
       throw ShapeMismatch(fmt::format("{} of at least {} for kernel {} with padding {}",
-                                      rank == 3 ? "height and width" : "length",
+                                      Rank == 3 ? "height and width" : "length",
                                       c.kernel - 2 * c.padding, c.kernel, c.padding));
-    return rank == 3 ? Shape{c.filters, g.out_h(), g.out_w()} : Shape{c.filters, g.out_w()};
+    return Rank == 3 ? Shape{c.filters, g.out_h(), g.out_w()} : Shape{c.filters, g.out_w()};
   };
   e.parameters = [](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const Conv2dConfig&>(base);
@@ -198,6 +199,6 @@ LayerEntry conv_entry(const char* name, std::int64_t rank) {
 
 }  // namespace
 
-GPIPE_LAYER_ENTRIES(conv2d) { return {conv_entry("conv2d", 3), conv_entry("conv1d", 2)}; }
+GPIPE_LAYER_ENTRIES(conv2d) { return {conv_entry<3>("conv2d"), conv_entry<2>("conv1d")}; }
 
 }  // namespace gpipe

@@ -148,8 +148,9 @@ Shape image_input(const Shape& in) {
   return in;
 }
 
-// maxpool2d / avgpool2d (rank 3 input) or maxpool1d / avgpool1d (rank 2).
-LayerEntry pool_entry(const char* name, bool max, std::int64_t rank = 3) {
+// maxpool2d / avgpool2d (Rank 3 input) or maxpool1d / avgpool1d (Rank 2).
+template <int Rank>
+LayerEntry pool_entry(const char* name, bool max) {
   LayerEntry e;
   e.name = name;
   e.keys = {"size", "stride"};
@@ -159,15 +160,15 @@ LayerEntry pool_entry(const char* name, bool max, std::int64_t rank = 3) {
     c->stride = k.integer("stride", c->size, 1, "a positive integer");
     return c;
   };
-  e.output_shape = [rank](const LayerConfig& base, const Shape& in) {
+  e.output_shape = [](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const PoolConfig&>(base);
-    if (rank == 3) image_input(in);
-    if (rank == 2 && in.rank() != 2) throw ShapeMismatch("(channels, length)");
+    if (Rank == 3) image_input(in);
+    if (Rank == 2 && in.rank() != 2) throw ShapeMismatch("(channels, length)");
     const auto g = window(c, in);
     if (g.height < g.kernel_h || g.width < c.size)
       throw ShapeMismatch(fmt::format("{} of at least {} for size {}",
-                                      rank == 3 ? "height and width" : "length", c.size, c.size));
-    return rank == 3 ? Shape{in[0], g.out_h(), g.out_w()} : Shape{in[0], g.out_w()};
+                                      Rank == 3 ? "height and width" : "length", c.size, c.size));
+    return Rank == 3 ? Shape{in[0], g.out_h(), g.out_w()} : Shape{in[0], g.out_w()};
   };
   if (max)
     e.saved = [](const LayerConfig& base, const Shape& in) {
@@ -197,8 +198,8 @@ LayerEntry global_avgpool_entry() {
 }  // namespace
 
 GPIPE_LAYER_ENTRIES(pooling) {
-  return {pool_entry("maxpool2d", true), pool_entry("avgpool2d", false),
-          pool_entry("maxpool1d", true, 2), pool_entry("avgpool1d", false, 2), global_avgpool_entry()};
+  return {pool_entry<3>("maxpool2d", true), pool_entry<3>("avgpool2d", false),
+          pool_entry<2>("maxpool1d", true), pool_entry<2>("avgpool1d", false), global_avgpool_entry()};
 }
 
 }  // namespace gpipe
