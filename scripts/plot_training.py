@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Training curves from gpipe-train run summaries: loss (train and test) and
-test accuracy per epoch, one colour per summary.
+test accuracy (classification) or test RMSE (regression) per epoch, one
+colour per summary.
 
 usage: scripts/plot_training.py RUN.json [RUN2.json ...] [-o curves.png]
 
@@ -32,10 +33,17 @@ def read_history(path):
     if not isinstance(history, list):
         die(f"{path}: missing key 'history' (not a gpipe-train summary?)")
     for row in history:
-        for key in ("epoch", "train_loss", "test_loss", "test_accuracy"):
+        for key in ("epoch", "train_loss", "test_loss"):
             if key not in row:
                 die(f"{path}: a history entry lacks '{key}'")
+        if "test_accuracy" not in row and "test_rmse" not in row:
+            die(f"{path}: a history entry lacks 'test_accuracy' (or 'test_rmse' for regression)")
     return history
+
+
+def metric(history):
+    """The per-epoch metric key of a run: test_accuracy, or test_rmse for regression."""
+    return "test_accuracy" if "test_accuracy" in history[0] else "test_rmse"
 
 
 def main():
@@ -46,10 +54,12 @@ def main():
     runs = [(os.path.basename(f), read_history(f)) for f in a.summaries]
     for name, history in runs:
         print(f"{name}")
-        print(f"{'epoch':>5} {'train loss':>10} {'test loss':>10} {'test acc':>9}")
+        key = metric(history) if history else "test_accuracy"
+        print(f"{'epoch':>5} {'train loss':>10} {'test loss':>10} "
+              f"{'test acc' if key == 'test_accuracy' else 'test rmse':>9}")
         for r in history:
             print(f"{r['epoch']:>5} {r['train_loss']:>10.4f} {r['test_loss']:>10.4f} "
-                  f"{r['test_accuracy']:>9.4f}")
+                  f"{r[key]:>9.4f}")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -62,9 +72,12 @@ def main():
         epochs = [r["epoch"] for r in history]
         ax_l.plot(epochs, [r["train_loss"] for r in history], "o-", color=color, label=f"{name} train")
         ax_l.plot(epochs, [r["test_loss"] for r in history], "s--", color=color, label=f"{name} test")
-        ax_a.plot(epochs, [r["test_accuracy"] for r in history], "o-", color=color, label=name)
+        if history:
+            ax_a.plot(epochs, [r[metric(history)] for r in history], "o-", color=color, label=name)
     ax_l.set_ylabel("loss (mean per sample)")
-    ax_a.set_ylabel("test accuracy")
+    keys = {metric(h) for _, h in runs if h}
+    ax_a.set_ylabel(" / ".join(sorted("test accuracy" if k == "test_accuracy" else "test RMSE"
+                                      for k in keys)) or "test accuracy")
     for ax in (ax_l, ax_a):
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
