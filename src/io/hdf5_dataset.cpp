@@ -50,6 +50,26 @@ void read_rows(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& dim
   if (H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
     throw InputError(fmt::format("{}: reading dataset '{}' failed", path, name));
 }
+// Opens `inputs` (samples, features) and checks its sample count against
+// that of the `other` dataset (labels or targets); returns its dims.
+std::vector<hsize_t> open_inputs(hid_t file, const std::string& path, const std::string& inputs,
+                                 const std::string& other, hsize_t samples, h5::Handle& x) {
+  auto xdims = open_checked(file, path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
+                            "inputs_dataset");
+  if (xdims[0] != samples)
+    throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
+                                 other, samples));
+  return xdims;
+}
+
+// Reads the first d.samples rows of the inputs into d.features and d.inputs.
+void read_inputs(const h5::Handle& x, const std::vector<hsize_t>& xdims, Dataset& d,
+                 const std::string& path, const std::string& inputs) {
+  d.features = std::int64_t(xdims[1]);
+  d.inputs.resize(size_t(d.samples * d.features));
+  read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
+}
+
 // Opens `path` for reading, with clear errors for a missing or non-HDF5 file.
 h5::Handle open_data_file(const std::string& path) {
   h5::silence_errors();
@@ -74,24 +94,14 @@ Dataset load_hdf5_regression(const std::string& path, const std::string& inputs,
                                   "targets_dataset", true);
   h5::Handle x;
   std::vector<hsize_t> xdims;
-  if (with_inputs) {
-    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
-                         "inputs_dataset");
-    if (xdims[0] != ydims[0])
-      throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
-                                   targets, ydims[0]));
-  }
+  if (with_inputs) xdims = open_inputs(file.get(), path, inputs, targets, ydims[0], x);
   if (ydims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, targets));
   d.samples = limit > 0 ? std::min(limit, std::int64_t(ydims[0])) : std::int64_t(ydims[0]);
   d.outputs = ydims.size() == 2 ? std::int64_t(ydims[1]) : 1;
   if (d.outputs == 0) throw InputError(fmt::format("{}: dataset '{}' has 0 outputs", path, targets));
   d.targets.resize(size_t(d.samples * d.outputs));
   read_rows(y.get(), H5T_NATIVE_FLOAT, ydims, hsize_t(d.samples), d.targets.data(), path, targets);
-  if (with_inputs) {
-    d.features = std::int64_t(xdims[1]);
-    d.inputs.resize(size_t(d.samples * d.features));
-    read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
-  }
+  if (with_inputs) read_inputs(x, xdims, d, path, inputs);
   return d;
 }
 
@@ -104,9 +114,7 @@ Dataset load_hdf5_inputs(const std::string& path, const std::string& inputs) {
                                   "inputs_dataset");
   if (xdims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, inputs));
   d.samples = std::int64_t(xdims[0]);
-  d.features = std::int64_t(xdims[1]);
-  d.inputs.resize(size_t(d.samples * d.features));
-  read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, xdims[0], d.inputs.data(), path, inputs);
+  read_inputs(x, xdims, d, path, inputs);
   return d;
 }
 
@@ -123,22 +131,12 @@ Dataset load_hdf5_dataset(const std::string& path, const std::string& inputs,
   std::int64_t samples = std::int64_t(ydims[0]);
   h5::Handle x;
   std::vector<hsize_t> xdims;
-  if (with_inputs) {
-    xdims = open_checked(file.get(), path, inputs, 2, H5T_FLOAT, "(samples, features)", x,
-                         "inputs_dataset");
-    if (xdims[0] != ydims[0])
-      throw InputError(fmt::format("{}: '{}' has {} samples but '{}' has {}", path, inputs, xdims[0],
-                                   labels, ydims[0]));
-  }
+  if (with_inputs) xdims = open_inputs(file.get(), path, inputs, labels, ydims[0], x);
   if (samples == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, labels));
   d.samples = limit > 0 ? std::min(limit, samples) : samples;
   d.labels.resize(size_t(d.samples));
   read_rows(y.get(), H5T_NATIVE_INT32, ydims, hsize_t(d.samples), d.labels.data(), path, labels);
-  if (with_inputs) {
-    d.features = std::int64_t(xdims[1]);
-    d.inputs.resize(size_t(d.samples * d.features));
-    read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
-  }
+  if (with_inputs) read_inputs(x, xdims, d, path, inputs);
   return d;
 }
 

@@ -38,18 +38,7 @@ struct Conv2dConfig : LayerConfig {
 
 // The window of a conv2d ([C, H, W]) or conv1d ([C, L]: H = 1, 1 x K kernel).
 detail::Window2d window(const Conv2dConfig& c, const Shape& in) {
-  const bool one_d = in.rank() == 2;
-  detail::Window2d g;
-  g.channels = in[0];
-  g.height = one_d ? 1 : in[1];
-  g.width = one_d ? in[1] : in[2];
-  g.kernel_h = one_d ? 1 : c.kernel;
-  g.kernel_w = c.kernel;
-  g.stride_h = one_d ? 1 : c.stride;
-  g.stride_w = c.stride;
-  g.pad_h = one_d ? 0 : c.padding;
-  g.pad_w = c.padding;
-  return g;
+  return detail::square_window(in, c.kernel, c.stride, c.padding);
 }
 
 template <class T>

@@ -1,7 +1,7 @@
 #pragma once
 // Internal: im2col / col2im for convolutions lowered to one GEMM per
 // micro-batch (Chellapilla et al. 2006; Caffe). Shared by conv2d and, with
-// height = kernel_h = stride_h = 1 and pad_h = 0, a future conv1d.
+// height = kernel_h = stride_h = 1 and pad_h = 0, conv1d (square_window).
 //
 // Input x: (n, C*H*W) row-major, each sample NCHW. The column matrix has one
 // row per (sample, output pixel) and one column per (channel, kernel tap):
@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/layers/shape.hpp"
 
 namespace gpipe::detail {
 
@@ -26,6 +27,25 @@ struct Window2d {
   std::int64_t pixels() const { return out_h() * out_w(); }
   std::int64_t taps() const { return channels * kernel_h * kernel_w; }
 };
+
+/// The square window (kernel, stride, pad) over an image [C, H, W], or over a
+/// signal [C, L] as an image of height 1 with a 1 x kernel window (conv1d,
+/// 1-D pooling: the same kernels with H = 1).
+inline Window2d square_window(const Shape& in, std::int64_t kernel, std::int64_t stride,
+                              std::int64_t pad) {
+  const bool one_d = in.rank() == 2;
+  Window2d g;
+  g.channels = in[0];
+  g.height = one_d ? 1 : in[1];
+  g.width = one_d ? in[1] : in[2];
+  g.kernel_h = one_d ? 1 : kernel;
+  g.kernel_w = kernel;
+  g.stride_h = one_d ? 1 : stride;
+  g.stride_w = stride;
+  g.pad_h = one_d ? 0 : pad;
+  g.pad_w = pad;
+  return g;
+}
 
 
 /// cols (n*P, C*KH*KW) from x (n, C*H*W).

@@ -28,16 +28,7 @@ struct PoolConfig : LayerConfig {
 
 // The window over [C, H, W], or over [C, L] as H = 1 with a 1 x S window.
 detail::Window2d window(const PoolConfig& c, const Shape& in) {
-  const bool one_d = in.rank() == 2;
-  detail::Window2d g;
-  g.channels = in[0];
-  g.height = one_d ? 1 : in[1];
-  g.width = one_d ? in[1] : in[2];
-  g.kernel_h = one_d ? 1 : c.size;
-  g.kernel_w = c.size;
-  g.stride_h = one_d ? 1 : c.stride;
-  g.stride_w = c.stride;
-  return g;
+  return detail::square_window(in, c.size, c.stride, 0);
 }
 
 template <class T, bool Max>
