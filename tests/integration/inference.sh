@@ -10,7 +10,7 @@ shift 5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-"$python" "$src/scripts/make_heat1d_data.py" "$tmp" --train 256 --test 61 --points 8 >/dev/null
+"$python" "$src/scripts/make_heat1d_data.py" "$tmp" --train 256 --test 61 >/dev/null
 "$mpiexec" -n 2 "$@" "$train" "$src/inputs/heat1d_surrogate.yaml" \
   --set data.train_file="$tmp/heat1d_train.h5" --set data.test_file="$tmp/heat1d_test.h5" \
   --set training.epochs=2 --set training.batch_size=32 --set checkpoint.directory="$tmp/ckpt" \
@@ -26,7 +26,7 @@ done
 "$python" - "$tmp/pred1.h5" "$tmp/pred3.h5" <<'PY'
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r")["predictions"][()] for p in sys.argv[1:3])
-assert a.shape == (61, 8), a.shape
+assert a.shape == (61, 32), a.shape
 if not np.array_equal(a, b):
     sys.exit(f"FAIL: 1-rank and 3-rank predictions differ (max {np.max(np.abs(a - b))})")
 print("ok   1-rank and 3-rank predictions are bitwise equal")
