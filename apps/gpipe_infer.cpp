@@ -9,6 +9,7 @@
 #include <iostream>
 #include <spdlog/spdlog.h>
 
+#include "abort_on_error.hpp"
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -20,8 +21,7 @@
 
 namespace {
 
-constexpr int kExitInputError = 2;
-constexpr int kExitRuntimeError = 1;
+using gpipe::app::kExitInputError;
 
 struct Options {
   std::string checkpoint, input, output;
@@ -133,15 +133,8 @@ int main(int argc, char** argv) {
         deck = gpipe::parse_deck(info.deck, o.checkpoint + " (deck)", sets);
       }))
     return kExitInputError;
-  try {
+  return gpipe::app::abort_on_error("gpipe-infer", rank, [&] {
     return deck.precision == "double" ? infer<double>(deck, info, o, rank)
                                       : infer<float>(deck, info, o, rank);
-  } catch (const gpipe::InputError& e) {
-    std::cerr << "gpipe-infer: error (rank " << rank << "): " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
-  } catch (const std::exception& e) {
-    std::cerr << "gpipe-infer: error (rank " << rank << "): " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, kExitRuntimeError);
-  }
-  return kExitRuntimeError;
+  });
 }

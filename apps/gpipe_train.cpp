@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "abort_on_error.hpp"
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -27,8 +28,7 @@
 
 namespace {
 
-constexpr int kExitInputError = 2;
-constexpr int kExitRuntimeError = 1;
+using gpipe::app::kExitInputError;
 
 struct Options {
   std::string deck;
@@ -410,15 +410,8 @@ int main(int argc, char** argv) {
     if (rank == 0) std::cerr << "gpipe-train: error: " << error << "\n";
     return kExitInputError;
   }
-  try {
+  return gpipe::app::abort_on_error("gpipe-train", rank, [&] {
     return deck.precision == "double" ? train<double>(deck, options, rank, ranks)
                                       : train<float>(deck, options, rank, ranks);
-  } catch (const gpipe::InputError& e) {
-    std::cerr << "gpipe-train: error (rank " << rank << "): " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
-  } catch (const std::exception& e) {
-    std::cerr << "gpipe-train: error (rank " << rank << "): " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, kExitRuntimeError);
-  }
-  return kExitRuntimeError;
+  });
 }
