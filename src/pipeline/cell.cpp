@@ -255,6 +255,23 @@ LossSums Cell<T>::run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabe
   for (int m = 0; m < M; ++m)
     kept_now_[size_t(m)] = training ? !schedule.rematerialized[size_t(m)] : !kept_[size_t(m)].empty();
 
+  try {
+    return run_posted(schedule, training);
+  } catch (...) {
+    abandon();  // nothing posted may complete into these buffers later
+    throw;
+  }
+}
+
+template <class T>
+void Cell<T>::abandon() noexcept {
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})
+    for (auto& b : *buffers) b.cancel();
+}
+
+template <class T>
+LossSums Cell<T>::run_posted(const Schedule& schedule, bool training) {
+  const int M = schedule.micro_batches;
   // Post every receive of the step up front so transfers overlap compute.
   std::int64_t expected_bytes = 0;
   for (int m = 0; m < M; ++m)

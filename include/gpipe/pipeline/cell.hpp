@@ -105,6 +105,10 @@ class Cell {
  private:
   LossSums run(const Schedule& schedule, ConstMatrix<T> inputs, ConstLabelVector labels,
                std::int64_t n, std::uint64_t step, bool training);
+  // The traffic part of run(): posts the receives and executes the ops.
+  LossSums run_posted(const Schedule& schedule, bool training);
+  // Cancels and frees every posted operation (a step that threw).
+  void abandon() noexcept;
   void forward(int m, bool keep, bool training, LossSums& sums);
   void backward(int m);
   ConstMatrix<T> layer_input(int m, int layer) const;
