@@ -149,28 +149,19 @@ void Pipeline<T>::agree_on_batch(const std::string& error, std::int64_t n, const
 }
 
 template <class T>
-template <class Stage>
-LossSums Pipeline<T>::agreed_step(std::int64_t n, Stage&& stage) {
+template <class Stage, class Run>
+auto Pipeline<T>::agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run) {
   check_usable();
   std::string error;
   MicroBatch shard;
   try {
-    const int D = shape_.replicas, M = deck_.training.micro_batches;
-    if (D == 1)
-      require(n >= M, fmt::format("a training batch of {} samples cannot be split into {} "
-                                  "micro-batches", n, M));
-    else
-      require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard "
-                                      "needs at least training.micro_batches = {} samples (n >= {})",
-                                      n, D, M, std::int64_t(D) * M));
-    next_learning_rate();  // throws for a cosine schedule without a total
     shard = stage();
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree_on_batch(error, n, "step");
+  agree_on_batch(error, n, what);
   try {
-    return step_staged(n, shard);
+    return run(shard);
   } catch (const std::exception& e) {
     poisoned_ = e.what();
     throw;
@@ -178,16 +169,39 @@ LossSums Pipeline<T>::agreed_step(std::int64_t n, Stage&& stage) {
 }
 
 template <class T>
+void Pipeline<T>::check_train_batch(std::int64_t n) const {
+  const int D = shape_.replicas, M = deck_.training.micro_batches;
+  if (D == 1)
+    require(n >= M, fmt::format("a training batch of {} samples cannot be split into {} "
+                                "micro-batches", n, M));
+  else
+    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard "
+                                    "needs at least training.micro_batches = {} samples (n >= {})",
+                                    n, D, M, std::int64_t(D) * M));
+  next_learning_rate();  // throws for a cosine schedule without a total
+}
+
+template <class T>
 LossSums Pipeline<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                            std::int64_t begin, std::int64_t n) {
-  return agreed_step(n, [&] {
-    return stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
-  });
+  return agreed(
+      n, "step",
+      [&] {
+        check_train_batch(n);
+        return stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
-  return agreed_step(n, [&] { return stage_batch(inputs, deck_.model.input_features, labels, nullptr, n); });
+  return agreed(
+      n, "step",
+      [&] {
+        check_train_batch(n);
+        return stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
@@ -223,21 +237,9 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 
 template <class T>
 std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
-  check_usable();
-  std::string error;
-  MicroBatch shard;
-  try {
-    shard = stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  agree_on_batch(error, n, "predict");
-  try {
-    return predict_staged(n, shard);
-  } catch (const std::exception& e) {
-    poisoned_ = e.what();
-    throw;
-  }
+  return agreed(
+      n, "predict", [&] { return stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n); },
+      [&](const MicroBatch& shard) { return predict_staged(n, shard); });
 }
 
 template <class T>

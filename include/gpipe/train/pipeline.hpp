@@ -158,11 +158,14 @@ class Pipeline {
                          const std::int64_t* order, std::int64_t n);
   LossSums step_staged(std::int64_t n, const MicroBatch& shard);
   std::vector<T> predict_staged(std::int64_t n, const MicroBatch& shard);
-  // Validates and stages a step's batch (stage() returns the shard) on every
-  // rank, agrees on the outcome and on n (agree_on_batch), then runs the step;
-  // a failure after that poisons the pipeline.
-  template <class Stage>
-  LossSums agreed_step(std::int64_t n, Stage&& stage);
+  // Validates and stages a batch (stage() returns the shard) on every rank,
+  // agrees on the outcome and on n (agree_on_batch), then returns run(shard);
+  // a failure in run poisons the pipeline.
+  template <class Stage, class Run>
+  auto agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run);
+  // Throws InputError for a training batch the grid cannot split or a cosine
+  // schedule without a total step count.
+  void check_train_batch(std::int64_t n) const;
   // Throws InputError on every rank if `error` is non-empty on any rank or
   // the ranks' n differ. Collective.
   void agree_on_batch(const std::string& error, std::int64_t n, const char* what) const;
