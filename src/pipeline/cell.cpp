@@ -276,6 +276,23 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
         posts[size_t(plan.micro_batch.free_after[size_t(m)] + 1)].push_back(m);
   }
   const auto& posts = &plan == &train_plan_ ? posts_ : local;
+  try {
+    return run_posted(ops, posts, training);
+  } catch (...) {
+    abandon();  // nothing posted may complete into these buffers later
+    throw;
+  }
+}
+
+template <class T>
+void Cell<T>::abandon() noexcept {
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})
+    for (auto& b : *buffers) b.cancel();
+}
+
+template <class T>
+LossSums Cell<T>::run_posted(const std::vector<Op>& ops, const std::vector<std::vector<int>>& posts,
+                             bool training) {
   LossSums sums;
   for (int m : posts[0]) post_receives(m, training);
   for (size_t i = 0; i < ops.size(); ++i) {

@@ -128,26 +128,86 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
 }
 
 template <class T>
+void Pipeline<T>::check_usable() const {
+  if (!poisoned_.empty())
+    throw StateError("the pipeline is unusable: an earlier call failed after communication had "
+                     "started (" + poisoned_ + "); destroy it and create a new one");
+}
+
+template <class T>
+void Pipeline<T>::agree_on_batch(const std::string& error, std::int64_t n, const char* what) const {
+  std::int64_t v[3] = {error.empty() ? 0 : 1, n, -n};
+  MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MAX, comm_.get());
+  if (v[0] != 0)
+    throw InputError(!error.empty() ? error
+                                    : fmt::format("{}: another rank rejected its arguments (its "
+                                                  "error names the problem)",
+                                                  what));
+  if (v[1] != -v[2])
+    throw InputError(fmt::format("{}: the ranks passed different sample counts (n = {} on rank "
+                                 "{}; {} to {} across ranks): every rank must pass the same batch",
+                                 what, n, comm_.rank(), -v[2], v[1]));
+}
+
+template <class T>
+template <class Stage, class Run>
+auto Pipeline<T>::agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run) {
+  check_usable();
+  std::string error;
+  MicroBatch shard;
+  try {
+    shard = stage();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_batch(error, n, what);
+  try {
+    return run(shard);
+  } catch (const std::exception& e) {
+    poisoned_ = e.what();
+    throw;
+  }
+}
+
+template <class T>
+void Pipeline<T>::check_train_batch(std::int64_t n) const {
+  const int D = shape_.replicas, M = deck_.training.micro_batches;
+  if (D == 1)
+    require(n >= M, fmt::format("a training batch of {} samples cannot be split into {} "
+                                "micro-batches", n, M));
+  else
+    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard "
+                                    "needs at least training.micro_batches = {} samples (n >= {})",
+                                    n, D, M, std::int64_t(D) * M));
+  next_learning_rate();  // throws for a cosine schedule without a total
+}
+
+template <class T>
 LossSums Pipeline<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                            std::int64_t begin, std::int64_t n) {
-  const MicroBatch shard =
-      stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
-  return step_staged(n, shard);
+  return agreed(
+      n, "step",
+      [&] {
+        check_train_batch(n);
+        return stage_batch(data.inputs.data(), data.features, data.labels.data(), order.data() + begin, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
-  return step_staged(n, shard);
+  return agreed(
+      n, "step",
+      [&] {
+        check_train_batch(n);
+        return stage_batch(inputs, deck_.model.input_features, labels, nullptr, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
-  const int D = shape_.replicas, M = deck_.training.micro_batches;
-  if (D > 1)
-    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard needs "
-                                    "at least training.micro_batches = {} samples (n >= {})",
-                                    n, D, M, std::int64_t(D) * M));
+  const int D = shape_.replicas;
   const double lr = next_learning_rate();
   const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
@@ -178,7 +238,13 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 
 template <class T>
 std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n);
+  return agreed(
+      n, "predict", [&] { return stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, n); },
+      [&](const MicroBatch& shard) { return predict_staged(n, shard); });
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& shard) {
   const std::int64_t classes = deck_.model.classes();
   std::vector<T> out(static_cast<size_t>(n * classes));
   Matrix<T> logits;
@@ -212,6 +278,7 @@ std::int64_t Pipeline<T>::total_parameters() const {
 
 template <class T>
 Evaluation Pipeline<T>::evaluate(const Dataset& data) {
+  check_usable();
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
   LossSums total;
@@ -231,6 +298,7 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
 
 template <class T>
 void Pipeline<T>::save_checkpoint(const std::string& path) {
+  check_usable();
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());
@@ -263,6 +331,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
 
 template <class T>
 CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
+  check_usable();
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());

@@ -112,6 +112,12 @@ class Cell {
 
   LossSums run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs, ConstLabelVector labels,
                std::int64_t n, std::uint64_t step, bool training);
+  // The traffic part of run(): posts the receives and executes the ops.
+  // Posts receives as `posts` says ([0]: before op 0, [i + 1]: after op i) and runs `ops`.
+  LossSums run_posted(const std::vector<Op>& ops, const std::vector<std::vector<int>>& posts,
+                      bool training);
+  // Cancels and frees every posted operation (a step that threw).
+  void abandon() noexcept;
   void forward(int m, bool keep, bool training, LossSums& sums);
   void post_receives(int m, bool training);
   void backward(int m);

@@ -62,6 +62,15 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
+  /// Failures: the arguments are validated and staged on every rank and the
+  /// outcome, and n, agreed collectively before any other communication: a
+  /// bad argument on any rank (or different n on different ranks) throws
+  /// InputError on every rank and leaves the pipeline usable. A failure after
+  /// communication has started cancels and frees what this rank posted,
+  /// rethrows, and poisons the pipeline: every later collective call throws
+  /// StateError (another rank may then be blocked: such failures, e.g. an MPI
+  /// error, are not recoverable in MPI).
+  ///
   /// One synchronous step (all M micro-batches, then one optimizer update)
   /// on samples order[begin, begin + n) of `data` (D x M <= n <= batch_size).
   /// Collective. Returns the loss sums of all n samples (valid on the last
@@ -148,6 +157,20 @@ class Pipeline {
   MicroBatch stage_batch(const float* inputs, std::int64_t features, const std::int32_t* labels,
                          const std::int64_t* order, std::int64_t n);
   LossSums step_staged(std::int64_t n, const MicroBatch& shard);
+  std::vector<T> predict_staged(std::int64_t n, const MicroBatch& shard);
+  // Validates and stages a batch (stage() returns the shard) on every rank,
+  // agrees on the outcome and on n (agree_on_batch), then returns run(shard);
+  // a failure in run poisons the pipeline.
+  template <class Stage, class Run>
+  auto agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run);
+  // Throws InputError for a training batch the grid cannot split or a cosine
+  // schedule without a total step count.
+  void check_train_batch(std::int64_t n) const;
+  // Throws InputError on every rank if `error` is non-empty on any rank or
+  // the ranks' n differ. Collective.
+  void agree_on_batch(const std::string& error, std::int64_t n, const char* what) const;
+  // Throws StateError if an earlier call failed mid-way.
+  void check_usable() const;
   // Sums loss sums over the replica group on the last cells (D > 1).
   LossSums sum_over_replicas(LossSums sums) const;
   // Throws InputError on every rank if `error` is non-empty on any (a message
@@ -171,6 +194,7 @@ class Pipeline {
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t steps_per_epoch_ = 0;
+  std::string poisoned_;  // why the pipeline is unusable ("" = usable)
   Tracer tracer_{0.0};
 };
 
