@@ -294,8 +294,7 @@ TEST(Deck, ScheduleKey) {
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=1f1b"}).pipeline.schedule,
             ScheduleKind::OneFOneB);
   EXPECT_EQ(error_of(kDeck, {"pipeline.schedule=gpipe"}),
-            "deck.yaml (--set): pipeline.schedule: unknown schedule 'gpipe' (expected fill_drain "
-            "or 1f1b)");
+            "deck.yaml (--set): pipeline.schedule: expected fill_drain or 1f1b, got 'gpipe'");
 }
 
 TEST(DeckErrors, MissingFile) {
