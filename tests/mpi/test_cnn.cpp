@@ -1,5 +1,5 @@
-// GPipe invariants on a small CNN (conv2d, maxpool2d, avgpool2d, flatten,
-// dropout, dense), at 1-4 ranks: bitwise equal weights after 3 steps at any
+// GPipe invariants on a small CNN (conv2d, batchnorm2d, maxpool2d,
+// avgpool2d, flatten, dropout, dense), at 1-4 ranks: bitwise equal weights after 3 steps at any
 // K with the same M, re-materialization invisible, and a restart from a
 // K = 2 checkpoint on 1 rank bitwise equal to an uninterrupted run.
 
@@ -20,10 +20,11 @@ using test::world_size;
 
 // [2, 6, 7] -> conv [3, 6, 7] -> pool [3, 3, 3] -> conv [4, 2, 2] -> pool [4, 1, 1] -> [4] -> [3]
 const std::string kLayers =
-    "[{type: conv2d, filters: 3, kernel: 3, padding: same}, {type: relu}, {type: maxpool2d, size: 2}, "
+    "[{type: conv2d, filters: 3, kernel: 3, padding: same}, {type: batchnorm2d}, {type: relu}, "
+    "{type: maxpool2d, size: 2}, "
     "{type: conv2d, filters: 4, kernel: 2}, {type: avgpool2d, size: 2}, {type: flatten}, "
     "{type: dropout, rate: 0.25}, {type: dense, units: 3}]";
-constexpr int kLayerCount = 8;
+constexpr int kLayerCount = 9;
 constexpr std::int64_t kFeatures = 2 * 6 * 7, kBatch = 10;
 
 std::string deck_text(int M, const std::string& pipeline) {
@@ -46,10 +47,14 @@ void run(Pipeline<double>& p, std::int64_t from, std::int64_t to) {
   }
 }
 
+// Parameters after `steps` steps, then the evaluation loss (which reads
+// BatchNorm's running statistics), all on rank 0 of `comm`.
 std::vector<double> train(const std::string& text, MPI_Comm comm, int steps = 3) {
   Pipeline<double> p(parse_deck(text, "cnn-deck"), comm);
   run(p, 0, steps);
-  return p.gather_parameters();
+  auto out = p.gather_parameters();
+  out.push_back(p.evaluate(data()).loss);
+  return out;
 }
 
 TEST(CnnPipeline, PartitionIndependenceBitwise) {
@@ -102,7 +107,9 @@ TEST(CnnPipeline, RestartFromTwoCellsOnOneBitwise) {
     Pipeline<double> one(parse_deck(text, "cnn-deck"), MPI_COMM_SELF);
     one.load_checkpoint(checkpoint_path(dir, 3));
     run(one, 3, 6);
-    EXPECT_EQ(one.gather_parameters(), reference);
+    auto restarted = one.gather_parameters();
+    restarted.push_back(one.evaluate(data()).loss);  // running statistics restored too
+    EXPECT_EQ(restarted, reference);
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
