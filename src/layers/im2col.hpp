@@ -103,4 +103,56 @@ void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* lab
       });
 }
 
+// Row layout (one row per (sample, output pixel), one column per tap):
+//   cols(i*P + oh*OW + ow, (c*KH + a)*KW + b), i.e. (n*P, C*KH*KW); used
+// where each pixel's patch feeds a Dense-style projection (patch_embed).
+
+/// cols (n*P, C*KH*KW) from x (n, C*H*W).
+template <class T, class X, class Cols>
+void im2col_rows(const Window2d& g, const X& x, const Cols& cols, const char* label) {
+  const std::int64_t n = std::int64_t(x.extent(0));
+  const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  Kokkos::parallel_for(
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n * P, taps}),
+      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t k) {
+        const std::int64_t i = row / P, p = row % P;
+        const std::int64_t oh = p / OW, ow = p % OW;
+        const std::int64_t c = k / (KH * KW), r = k % (KH * KW);
+        const std::int64_t h = oh * SH - PH + r / KW, w = ow * SW - PW + r % KW;
+        cols(row, k) = (h >= 0 && h < H && w >= 0 && w < W) ? x(i, (c * H + h) * W + w) : T(0);
+      });
+}
+
+/// dx (n, C*H*W) = the sum, over every column entry that read input element
+/// (i, c, h, w), of dcols at that entry. A gather: each dx element sums its
+/// taps in a fixed order (a, b ascending), so results are bitwise
+/// reproducible on every backend, with no atomics.
+template <class T, class DCols, class DX>
+void col2im_rows(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+  const std::int64_t n = std::int64_t(dx.extent(0));
+  const std::int64_t P = g.pixels(), OH = g.out_h(), OW = g.out_w();
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  const std::int64_t features = g.channels * H * W;
+  Kokkos::parallel_for(
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, features}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
+        const std::int64_t c = e / (H * W), hw = e % (H * W);
+        const std::int64_t h = hw / W, w = hw % W;
+        T sum = T(0);
+        for (std::int64_t a = 0; a < KH; ++a) {
+          const std::int64_t th = h + PH - a;  // = oh * SH
+          if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
+          for (std::int64_t b = 0; b < KW; ++b) {
+            const std::int64_t tw = w + PW - b;
+            if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
+            sum += dcols(i * P + (th / SH) * OW + tw / SW, (c * KH + a) * KW + b);
+          }
+        }
+        dx(i, e) = sum;
+      });
+}
+
 }  // namespace gpipe::detail
