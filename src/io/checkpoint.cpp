@@ -45,13 +45,14 @@ h5::Handle mpio_access(MPI_Comm comm) {
 struct LayerLayout {
   std::string group;
   std::vector<ParameterSpec> specs;
+  std::vector<ParameterSpec> state;  // non-trainable: GROUP/state/NAME
 };
 
 template <class T>
 std::vector<LayerLayout> layouts(const ModelSpec& model) {
   std::vector<LayerLayout> out;
   for (const auto& layer : model_shapes(model))
-    out.push_back({layer_group(layer.index, layer.type()), layer.parameters});
+    out.push_back({layer_group(layer.index, layer.type()), layer.parameters, layer.state});
   return out;
 }
 
@@ -391,7 +392,7 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
         fail(e.what());
       }
       const h5::Handle top = h5::group(H5Gcreate2(root, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      std::size_t offset = 0;  // into this rank's shard buffers
+      std::size_t offset = 0, state_offset = 0;  // into this rank's shard buffers
       for (std::size_t l = 0; l < layers.size(); ++l) {
         const bool mine = int(l) >= shard.first_layer && int(l) < shard.first_layer + shard.layer_count;
         const h5::Handle g = h5::group(H5Gcreate2(root, layers[l].group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -415,6 +416,21 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
           for (std::size_t s = 0; s < state_groups.size(); ++s)
             write(state_groups[s].get(), mine ? shard.optimizer_state[s].second.data() + offset : nullptr);
           if (mine) offset += std::size_t(spec.size());
+        }
+        if (!layers[l].state.empty()) {
+          const h5::Handle sg = h5::group(H5Gcreate2(g.get(), "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+          for (const auto& spec : layers[l].state) {
+            const hsize_t dims[2] = {hsize_t(spec.rows), hsize_t(spec.cols)};
+            const h5::Handle space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
+            const h5::Handle d = h5::dataset(H5Dcreate2(sg.get(), spec.name.c_str(), native_type<T>(), space.get(),
+                                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+            if (!d.valid()) fail(fmt::format("creating {}/state/{} failed", layers[l].group, spec.name));
+            else if (mine && error.empty() &&
+                     H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              shard.layer_state.data() + state_offset) < 0)
+              fail(fmt::format("writing {}/state/{} failed", layers[l].group, spec.name));
+            if (mine) state_offset += std::size_t(spec.size());
+          }
         }
         if (l == 0 && kill_requested()) {
           H5Fflush(root, H5F_SCOPE_GLOBAL);
@@ -460,6 +476,7 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
       const auto layers = layouts<T>(model);
       info = read_header<T>(root, path, optimizer, layers.size());
       shard.parameters.clear();
+      shard.layer_state.clear();
       for (auto& s : shard.optimizer_state) s.second.clear();
       std::vector<std::string> states;
       for (const auto& st : shard.optimizer_state) states.push_back(st.first);
@@ -478,6 +495,8 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
           for (auto& [state, values] : shard.optimizer_state)
             read(layout.group + "/optimizer/" + state + "/" + spec.name, spec, values);
         }
+        for (const auto& spec : layout.state)
+          read(layout.group + "/state/" + spec.name, spec, shard.layer_state);
       }
     } catch (const InputError& e) {
       error = e.what();

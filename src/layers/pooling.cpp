@@ -3,11 +3,14 @@
 //   {type: maxpool2d, size: S, stride: S}   output [C, OH, OW], OH = (H - S) / stride + 1
 //   {type: avgpool2d, size: S, stride: S}   (stride defaults to size)
 //   {type: global_avgpool}                  output [C]: the mean over H x W
-// maxpool2d saves, per output element, the position of its maximum in the
-// window (a*S + b, the first maximum in row-major order) for backward:
-// C*OH*OW values per sample. Backward gathers: each input element sums the
-// gradients of the windows that chose it (or, for averages, that cover it)
-// in a fixed order, so results are bitwise reproducible with no atomics.
+// maxpool2d saves, per output element, the feature index (c*H + h)*W + w of
+// its maximum (the first in row-major window order) for backward: C*OH*OW
+// values per sample (exact in float: the deck rejects images of 2^24 or
+// more features). Its backward scatters each output gradient to that input;
+// with overlapping windows (stride < size) one team per (sample, channel)
+// adds its outputs in order. avgpool2d's backward gathers, per input, the
+// windows that cover it in a fixed order. So results are bitwise
+// reproducible on every backend, with no atomics.
 // FLOPs: S^2 per output element forward and again backward (C*H*W for
 // global_avgpool); backward is skipped for the model's first layer.
 
@@ -51,13 +54,13 @@ class Pool2d final : public Layer<T> {
           const std::int64_t base = (c * H + oh * ST) * W + ow * ST;
           if (Max) {
             T best = x(i, base);
-            std::int64_t arg = 0;
+            std::int64_t arg = base;
             for (std::int64_t a = 0; a < S; ++a)
               for (std::int64_t b = 0; b < S; ++b) {
                 const T v = x(i, base + a * W + b);
                 if (v > best) {
                   best = v;
-                  arg = a * S + b;
+                  arg = base + a * W + b;
                 }
               }
             y(i, o) = best;
@@ -76,8 +79,31 @@ class Pool2d final : public Layer<T> {
     if (dx.extent(0) == 0) return;
     const std::int64_t n = std::int64_t(dx.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
     const std::int64_t OH = g_.out_h(), OW = g_.out_w(), S = g_.kernel_h, ST = g_.stride_h;
+    if (Max) {
+      const std::int64_t per = OH * OW;
+      const bool disjoint = ST >= S;  // each input is the maximum of at most one window
+      Kokkos::parallel_for(
+          "gpipe::MaxPool2d::backward", RowPolicy(n * C, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+            const std::int64_t i = team.league_rank() / C, c = team.league_rank() % C;
+            T* out = &dx(i, c * H * W);
+            const T* grad = &dy(i, c * per);
+            const T* arg = &saved(i * C * per + c * per);
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H * W), [&](const std::int64_t e) { out[e] = T(0); });
+            team.team_barrier();
+            if (disjoint) {
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, per), [&](const std::int64_t o) {
+                out[std::int64_t(arg[o]) - c * H * W] += grad[o];
+              });
+            } else {
+              Kokkos::single(Kokkos::PerTeam(team), [&]() {
+                for (std::int64_t o = 0; o < per; ++o) out[std::int64_t(arg[o]) - c * H * W] += grad[o];
+              });
+            }
+          });
+      return;
+    }
     Kokkos::parallel_for(
-        Max ? "gpipe::MaxPool2d::backward" : "gpipe::AvgPool2d::backward",
+        "gpipe::AvgPool2d::backward",
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * H * W}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
           const std::int64_t c = e / (H * W), h = (e / W) % H, w = e % W;
@@ -88,12 +114,10 @@ class Pool2d final : public Layer<T> {
             for (std::int64_t b = 0; b < S; ++b) {
               const std::int64_t tw = w - b;
               if (tw < 0 || tw % ST != 0 || tw / ST >= OW) continue;
-              const std::int64_t o = (c * OH + th / ST) * OW + tw / ST;
-              if (!Max) sum += dy(i, o);
-              else if (std::int64_t(saved(i * C * OH * OW + o)) == a * S + b) sum += dy(i, o);
+              sum += dy(i, (c * OH + th / ST) * OW + tw / ST);
             }
           }
-          dx(i, e) = Max ? sum : sum / T(S * S);
+          dx(i, e) = sum / T(S * S);
         });
   }
 
@@ -153,6 +177,8 @@ LayerEntry pool_entry(const char* name, bool max) {
   e.output_shape = [](const LayerConfig& base, const Shape& in) {
     const auto& c = static_cast<const PoolConfig&>(base);
     image_input(in);
+    if (in.size() >= (std::int64_t(1) << 24))
+      throw ShapeMismatch("fewer than 2^24 features per sample (maximum positions are stored exactly in float)");
     if (in[1] < c.size || in[2] < c.size)
       throw ShapeMismatch(fmt::format("height and width of at least {} for size {}", c.size, c.size));
     const auto g = window(c, in);

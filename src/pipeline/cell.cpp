@@ -22,18 +22,22 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 
   // Layers and their parameters, as views into one flat buffer per cell.
   const auto shapes = model_shapes(model);
-  std::int64_t total = 0;
+  std::int64_t total = 0, total_state = 0;
   for (int i = 0; i < count; ++i) {
     layers_.push_back(make_layer<T>(shapes.at(size_t(first_layer_ + i))));
     total += layers_.back()->parameter_count();
+    total_state += layers_.back()->state_count();
   }
   params_ = Vector<T>("gpipe::Cell::parameters", total);
   grads_ = Vector<T>("gpipe::Cell::gradients", total);
-  std::int64_t offset = 0;
+  state_ = Vector<T>("gpipe::Cell::state", total_state);
+  std::int64_t offset = 0, state_offset = 0;
   for (auto& layer : layers_) {
     layer->bind(params_.data() + offset, grads_.data() + offset);
+    layer->bind_state(state_.data() + state_offset);
     layer->initialize(options.seed);
     offset += layer->parameter_count();
+    state_offset += layer->state_count();
   }
 
   // Activation and boundary buffers, each sized for the largest micro-batch.

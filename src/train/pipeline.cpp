@@ -377,6 +377,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
     return std::vector<T>(h.data(), h.data() + h.extent(0));
   };
   shard.parameters = host(cell_->parameters());
+  shard.layer_state = host(cell_->state());
   for (const auto& [name, values] : optimizer_->state()) shard.optimizer_state.emplace_back(name, host(values));
   CheckpointInfo info;
   info.step = steps_done_;
@@ -437,6 +438,7 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
     Kokkos::deep_copy(to, h);
   };
   device(shard.parameters, cell_->parameters());
+  device(shard.layer_state, cell_->state());
   for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
   steps_done_ = info.step;

@@ -81,8 +81,9 @@ TEST(Deck, SetOverridesValues) {
 TEST(DeckErrors, UnknownLayerType) {
   EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv7d}")),
             "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv7d' (expected one of: "
-            "avgpool2d, conv2d, dense, dropout, flatten, gelu, global_avgpool, layer_norm, "
-            "maxpool2d, patch_embed, pos_embed, relu, tanh, token_mean, transformer_block)");
+            "avgpool2d, batchnorm2d, conv2d, dense, dropout, flatten, gelu, global_avgpool, "
+            "layer_norm, maxpool2d, patch_embed, pos_embed, relu, tanh, token_mean, "
+            "transformer_block)");
 }
 
 TEST(DeckShapes, InputShapeListAndShapePass) {

@@ -46,6 +46,9 @@ struct CheckpointShard {
   int layer_count = 0;
   std::vector<T> parameters;
   std::vector<std::pair<std::string, std::vector<T>>> optimizer_state;
+  /// The layers' non-trainable state (running statistics) in layer order,
+  /// each layer's tensors in LayerShape::state order (Cell::state()).
+  std::vector<T> layer_state;
 };
 
 /// Writes the checkpoint `path` collectively over `comm` with parallel HDF5:

@@ -88,6 +88,9 @@ class Cell {
   /// tensors concatenated in layer order, each in its parameter_specs() order.
   Vector<T> parameters() const { return params_; }
   Vector<T> gradients() const { return grads_; }
+  /// The layers' non-trainable state (running statistics), one flat buffer
+  /// in layer order, each layer's tensors in shape().state order.
+  Vector<T> state() const { return state_; }
   const std::vector<std::unique_ptr<Layer<T>>>& layers() const { return layers_; }
 
   int rank() const { return comm_.rank(); }
@@ -131,7 +134,7 @@ class Cell {
   CellBufferPlan train_plan_;
   int first_layer_ = 0;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
-  Vector<T> params_, grads_;
+  Vector<T> params_, grads_, state_;
   std::int64_t capacity_ = 0;  // rows per micro-batch buffer
   std::int64_t in_features_ = 0, out_features_ = 0;
 
