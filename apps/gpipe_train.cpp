@@ -5,10 +5,12 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -16,11 +18,13 @@
 
 #include "abort_on_error.hpp"
 #include "gpipe/config.hpp"
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
+#include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
 #include "gpipe/train/stop_signal.hpp"
@@ -54,28 +58,26 @@ void write_atomically(const std::string& path, const std::string& text) {
     throw gpipe::InputError(fmt::format("{}: cannot rename {} into place", path, tmp));
 }
 
-// True on every rank if any rank reports failure (so no rank waits forever
-// in a collective that a failed rank never enters).
-bool any_rank_failed(bool failed, MPI_Comm comm) {
-  int local = failed ? 1 : 0, global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, comm);
-  return global != 0;
-}
-
-// Runs `step` on every rank; if it throws InputError on any rank, that rank
-// prints the error and every rank returns false (no rank is left waiting in
-// a collective the failed rank never enters).
+// Runs `step` on every rank and agrees on its outcome (gpipe::agreed): if it
+// throws on any rank, every rank returns false and only rank 0 prints the
+// first failing rank's error, once (no rank is left waiting in a collective
+// the failed rank never enters, and no K interleaved copies).
 template <class F>
 bool on_all_ranks(F&& step) {
-  std::string error;
   try {
-    step();
-  } catch (const gpipe::InputError& e) {
-    error = e.what();
+    gpipe::agreed(MPI_COMM_WORLD, step);
+    return true;
+  } catch (const std::exception& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::cerr << "gpipe-train: error: " << e.what() << "\n";
+    return false;
   }
-  if (!any_rank_failed(!error.empty(), MPI_COMM_WORLD)) return true;
-  if (!error.empty()) std::cerr << "gpipe-train: error: " << error << "\n";
-  return false;
+}
+
+// A figure for the summary: the value, or null when it is not finite.
+nlohmann::json figure(double value) {
+  return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 template <class T>
@@ -176,34 +178,43 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["wall_seconds"] = wall_seconds;
   if (reports.empty()) return j;  // stopped by a signal in the first epoch of this run
   const auto& r = reports.back();
+  // Figures computed from non-finite values are null, never numbers.
   if (regression) {
     j["test_metrics"] = metrics_json(r.test.regression);
     j["train_metrics"] = metrics_json(r.train_metrics);
   } else {
-    j["test_accuracy"] = r.test.accuracy;
+    j["test_accuracy"] = r.test.finite() ? figure(r.test.accuracy) : nullptr;
   }
-  j["test_loss"] = r.test.loss;
-  j["train_loss"] = r.train_loss;
+  j["test_loss"] = figure(r.test.loss);
+  j["train_loss"] = r.train_loss_finite ? figure(r.train_loss) : nullptr;
+  j["train_loss_whole_epoch"] = r.train_loss_whole_epoch;
+  j["finite"] = true;
+  j["skipped_steps"] = pipeline.skipped_steps();
   double train_seconds = 0, samples = 0;
   for (const auto& e : reports) {
     train_seconds += e.seconds;
     samples += e.samples_per_second * e.seconds;
+    if (!e.train_loss_finite || !e.test.finite()) j["finite"] = false;
     nlohmann::json h = {{"epoch", e.epoch},
-                        {"train_loss", e.train_loss},
-                        {"test_loss", e.test.loss},
+                        {"train_loss", e.train_loss_finite ? figure(e.train_loss) : nullptr},
+                        {"train_samples", e.train_samples},
+                        {"train_loss_whole_epoch", e.train_loss_whole_epoch},
+                        {"skipped_steps", e.skipped_steps},
+                        {"test_loss", figure(e.test.loss)},
                         {"seconds", e.seconds},
-                        {"samples_per_second", e.samples_per_second}};
+                        {"samples_per_second", figure(e.samples_per_second)}};
     if (regression) {
-      h["test_rmse"] = e.test.regression.rmse_all;
-      h["test_mae"] = e.test.regression.mae_all;
-      h["test_r2"] = e.test.regression.r2_all;
-      h["train_rmse"] = e.train_metrics.rmse_all;
+      h["test_rmse"] = figure(e.test.regression.rmse_all);
+      h["test_mae"] = figure(e.test.regression.mae_all);
+      h["test_r2"] = figure(e.test.regression.r2_all);
+      h["train_rmse"] = figure(e.train_metrics.rmse_all);
     } else {
-      h["test_accuracy"] = e.test.accuracy;
+      h["test_accuracy"] = e.test.finite() ? figure(e.test.accuracy) : nullptr;
     }
     j["history"].push_back(h);
   }
-  j["samples_per_second"] = samples / train_seconds;
+  j["samples_per_second"] = train_seconds > 0 ? figure(samples / train_seconds) : nullptr;
+  j["wall_seconds"] = wall_seconds;
   return j;
 }
 
@@ -239,16 +250,35 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   });
   if (!ready) return kExitInputError;
   pipeline->set_normalization(stats);  // stored in checkpoints, used by predict and gpipe-infer
-  if (!options.restart.empty() && !on_all_ranks([&] {
-        const std::string path =
-            options.restart != "latest"
-                ? options.restart
-                : gpipe::latest_checkpoint(deck.checkpoint.directory.empty() ? std::string(".")
-                                                                             : deck.checkpoint.directory);
-        const auto info = pipeline->load_checkpoint(path);
+  // A restart: `latest` is chosen on rank 0 and broadcast (a shared file
+  // system may show ranks different listings); it resumes by samples seen.
+  std::string restart_path = options.restart;
+  if (options.restart == "latest" && !on_all_ranks([&] {
+        const auto latest = gpipe::find_latest_checkpoint(
+            deck.checkpoint.directory.empty() ? std::string(".") : deck.checkpoint.directory,
+            deck.model, deck.precision, deck.optimizer.type, MPI_COMM_WORLD);
+        restart_path = latest.path;
         if (root)
-          fmt::print("gpipe-train: restarting from {} (step {}, epoch {})\n", path, info.step,
-                     info.epoch + 1);
+          for (const auto& s : latest.skipped)
+            spdlog::warn("--restart latest: skipped {}", s);
+      }))
+    return kExitInputError;
+  if (!restart_path.empty() && !on_all_ranks([&] {
+        const auto info = pipeline->load_checkpoint(restart_path);
+        std::vector<std::string> changed;
+        const auto position =
+            gpipe::restart_position(info, restart_path, deck, train_set.samples, &changed);
+        pipeline->set_position(position);
+        if (root) {
+          fmt::print("gpipe-train: restarting from {} (run {}, step {}, epoch {}, {} of its "
+                     "samples trained)\n",
+                     restart_path, info.run_id.empty() ? "unknown" : info.run_id, info.step,
+                     position.epoch + 1, position.epoch_samples);
+          if (!changed.empty())
+            spdlog::warn("the deck changed {} since {} was written; resuming at the start of "
+                         "epoch {}",
+                         fmt::join(changed, ", "), restart_path, position.epoch + 1);
+        }
       }))
     return kExitInputError;
 
@@ -294,8 +324,12 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (root && stopped_by != 0) {
     run["stopped"] = {{"signal", gpipe::signal_name(stopped_by)},
                       {"step", pipeline->steps_done()},
-                      {"checkpoint", gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done())}};
+                      {"checkpoint", gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done(), pipeline->run_id())}};
   }
+  if (root && pipeline->skipped_steps() > 0)
+    spdlog::warn("{} steps were skipped for non-finite loss or gradients (training.nonfinite: "
+                 "skip_step)",
+                 pipeline->skipped_steps());
 
   const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
   if (root && !deck.trace.file.empty()) {
@@ -324,7 +358,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
       std::cerr << fmt::format("gpipe-train: stopped by {} after step {}: checkpoint {} written; "
                                "continue with --restart latest (exit status {})\n",
                                gpipe::signal_name(stopped_by), pipeline->steps_done(),
-                               gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done()),
+                               gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done(), pipeline->run_id()),
                                gpipe::kExitStoppedBySignal);
     return gpipe::kExitStoppedBySignal;
   }
@@ -406,8 +440,11 @@ int main(int argc, char** argv) {
   } catch (const gpipe::InputError& e) {
     error = e.what();
   }
-  if (any_rank_failed(!error.empty(), MPI_COMM_WORLD)) {
-    if (rank == 0) std::cerr << "gpipe-train: error: " << error << "\n";
+  // Agreed: a deck that one rank cannot read stops every rank; rank 0 prints
+  // the first failing rank's message once.
+  const gpipe::Agreement deck_read = gpipe::agree(error.empty() ? 0 : 1, error, MPI_COMM_WORLD);
+  if (deck_read.failed) {
+    if (rank == 0) std::cerr << "gpipe-train: error: " << deck_read.message << "\n";
     return kExitInputError;
   }
   return gpipe::app::abort_on_error("gpipe-train", rank, [&] {

@@ -8,7 +8,7 @@ cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
 
 usage() {
   cat <<EOF
-usage: scripts/scaling_study.sh strong|weak [options] [-- extra gpipe-train args]
+usage: scripts/scaling_study.sh strong|weak|hybrid [options] [-- extra gpipe-train args]
 
 Runs gpipe-train under mpirun for K = 1..P ranks (one pipeline cell per rank)
 and every M of a list, then draws the plots:
@@ -17,6 +17,10 @@ and every M of a list, then draws the plots:
            data.train_limit = L0*K (L0: the deck's, or data.train_limit=L0
            after --), so every run does the same number of steps; a study
            whose L0*P exceeds the training data is refused (not capped)
+  hybrid   P = --max-ranks ranks, every split into D replicas x K cells
+           (K divides P; parallel.cells=K), fixed global N: runs are
+           OUT/D{d}_K{k}_M{m}.*, and a table of samples/s, the data-parallel
+           communication and the all-reduce overlap is printed (no plots)
 Combinations with M > N are skipped. Every run writes OUT/K{k}_M{m}.json (run
 summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output), or
 K{k}_M{m}_r{r}.* with --repeats; OUT/study.json records the study. Each
@@ -59,8 +63,8 @@ warn() { echo "scaling_study.sh: warning: $*" >&2; }
 [ $# -gt 0 ] || { usage >&2; exit 2; }
 case "$1" in
   -h|--help) usage; exit 0 ;;
-  strong|weak) mode="$1"; shift ;;
-  *) die "first argument must be strong or weak, not '$1' (see --help)" ;;
+  strong|weak|hybrid) mode="$1"; shift ;;
+  *) die "first argument must be strong, weak or hybrid, not '$1' (see --help)" ;;
 esac
 max_ranks="$cores"; mbs="1 2 4 8"; deck="$root/inputs/deep_mlp.yaml"; batch=""; out=""
 resume=false; dry_run=false; extra=(); repeats=1
@@ -88,7 +92,7 @@ for m in $mbs; do is_int "$m" || die "--micro-batches: '$m' is not a positive in
 [ -f "$deck" ] || die "$deck: no such deck"
 for a in ${extra[@]+"${extra[@]}"}; do
   case "$a" in
-    training.batch_size=*|training.micro_batches=*|trace.file=*) die "'$a' is set by the study (see --batch, --micro-batches, --out)" ;;
+    training.batch_size=*|training.micro_batches=*|trace.file=*|parallel.cells=*) die "'$a' is set by the study (see --batch, --micro-batches, --out)" ;;
     --summary*|--trace*) die "'$a' is chosen by the study; remove it from the arguments after --" ;;
   esac
 done
@@ -183,6 +187,49 @@ if int(limit) and got is not None and got < int(limit):
     sys.exit(3)
 EOF
 }
+
+# ---- hybrid: one rank count, every D x K split
+if [ "$mode" = hybrid ]; then
+  p=$max_ranks
+  echo "hybrid: $p ranks as D x K, M in {$mbs}, N = $batch, deck $deck -> $out"
+  failed=0
+  for ((k = 1; k <= p; k++)); do
+    [ $((p % k)) -eq 0 ] || continue
+    d=$((p / k))
+    for m in $mbs; do
+      name="$out/D${d}_K${k}_M${m}"
+      if [ $((d * m)) -gt "$batch" ]; then echo "D=$d K=$k M=$m: skipped (D x M > N)"; continue; fi
+      if $resume && [ -f "$name.json" ]; then echo "D=$d K=$k M=$m: kept ($name.json exists)"; continue; fi
+      cmd=("${launcher[@]}")
+      if $openmpi && [ "$p" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
+      cmd+=(-n "$p" "$bin" "$deck" --set "training.batch_size=$batch" --set "training.micro_batches=$m"
+            --set "parallel.cells=$k" --summary "$name.json")
+      if $trace; then cmd+=(--trace "$name.h5"); fi
+      cmd+=(${extra[@]+"${extra[@]}"})
+      if $dry_run; then echo "${cmd[*]}"; continue; fi
+      rm -f "$name.json" "$name.h5"
+      if "${cmd[@]}" >"$name.log" 2>&1; then
+        "$pyjson" - "$d" "$k" "$m" "$name.json" <<'EOF'
+import json, sys
+d, k, m, path = sys.argv[1:]
+s = json.load(open(path))
+c = s.get("communication", {})
+def f(key, fmt):
+    return format(c[key], fmt) if key in c else "n/a"
+print(f"D={d} K={k} M={m}: {s['samples_per_second']:.1f} samples/s, pipeline comm "
+      f"{f('pipeline_seconds_per_step', '.2e')} s/step, data-parallel comm "
+      f"{f('data_parallel_seconds_per_step', '.2e')} s/step, all-reduce overlap "
+      f"{f('allreduce_overlap_fraction', '.3f')}")
+EOF
+      else
+        failed=$((failed + 1)); echo "D=$d K=$k M=$m: FAILED; see $name.log"
+      fi
+    done
+  done
+  $dry_run && exit 0
+  [ "$failed" -eq 0 ] || { echo "scaling_study.sh: $failed run(s) failed" >&2; exit 1; }
+  exit 0
+fi
 
 # ---- the runs
 if [ "$mode" = strong ]; then sizes="N = $batch"; else sizes="N = $batch*K, data.train_limit = $limit0*K"; fi

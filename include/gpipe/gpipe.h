@@ -14,8 +14,19 @@
  *   own copy of the data; only the first cell reads inputs and only the last
  *   reads labels).
  *
- * Lifecycle: MPI_Init (caller) -> gpipe_initialize -> gpipe_create_* ->
- * train/predict/save/load -> gpipe_destroy -> gpipe_finalize -> MPI_Finalize.
+ * - Collective calls agree on failure: if any rank rejects its arguments
+ *   (a different n, a label out of range, ...) every rank returns an error
+ *   status (that rank's message names the problem, the others' point to it)
+ *   and the trainer stays usable. A failure after communication has started
+ *   (e.g. an MPI error) cancels what the rank posted and leaves the trainer
+ *   unusable: later calls return GPIPE_ERROR_STATE; destroy it.
+ *
+ * Lifecycle: MPI_Init_thread (caller; MPI_THREAD_FUNNELED, or
+ * MPI_THREAD_SINGLE with a serial Kokkos backend) -> gpipe_initialize ->
+ * gpipe_create_* -> train/predict/save/load -> gpipe_destroy ->
+ * gpipe_finalize -> MPI_Finalize, once per process. Calls before
+ * gpipe_initialize, and gpipe_initialize after gpipe_finalize (Kokkos cannot
+ * be initialized twice), return GPIPE_ERROR_STATE.
  */
 #ifndef GPIPE_GPIPE_H
 #define GPIPE_GPIPE_H
@@ -44,7 +55,9 @@ typedef struct gpipe_trainer gpipe_trainer;
 const char* gpipe_last_error(void);
 
 /* Initializes Kokkos (if the caller has not) with the given command line
- * (argc/argv may be NULL). MPI must already be initialized. */
+ * (argc/argv may be NULL). MPI must already be initialized with the thread
+ * level the backend needs (see Lifecycle); GPIPE_ERROR_STATE otherwise, and
+ * after gpipe_finalize has finalized Kokkos. */
 gpipe_status gpipe_initialize(int* argc, char*** argv);
 /* Finalizes Kokkos if gpipe_initialize initialized it. Destroy trainers first. */
 gpipe_status gpipe_finalize(void);

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/runtime.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -22,6 +23,7 @@ namespace {
 
 thread_local std::string last_error;
 bool initialized_kokkos = false;
+bool finalized_kokkos = false;  // Kokkos cannot be initialized again in this process
 
 gpipe_status fail(gpipe_status status, std::string message) {
   last_error = std::move(message);
@@ -36,6 +38,8 @@ gpipe_status guarded(F&& body) {
     return body();
   } catch (const gpipe::InputError& e) {
     return fail(GPIPE_ERROR_INPUT, e.what());
+  } catch (const gpipe::StateError& e) {
+    return fail(GPIPE_ERROR_STATE, e.what());
   } catch (const std::exception& e) {
     return fail(GPIPE_ERROR_RUNTIME, e.what());
   } catch (...) {
@@ -43,9 +47,64 @@ gpipe_status guarded(F&& body) {
   }
 }
 
+// GPIPE_ERROR_STATE unless gpipe_initialize (or the host code) set up Kokkos.
+gpipe_status need_initialized(const char* function) {
+  if (Kokkos::is_initialized()) return GPIPE_OK;
+  return fail(GPIPE_ERROR_STATE, std::string(function) + ": call gpipe_initialize first" +
+                                     (finalized_kokkos ? " (gpipe_finalize has already run)" : ""));
+}
+
+// Collective: true on every rank if `error` is non-empty on any rank of the
+// trainer's communicator. The rank(s) with an error keep their message;
+// the others get one that points to them.
+template <class Trainer>
+bool any_rank_failed(const Trainer& t, const char* function) {
+  int local = last_error.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, t->comm());
+  if (any && !local)
+    last_error = std::string(function) + ": another rank rejected its arguments (its gpipe_last_error names the problem)";
+  return any != 0;
+}
+
+// The n a training step accepts: D x micro_batches to batch_size; "" if fine.
+std::string check_step_size(const gpipe_trainer* trainer, int64_t n, const char* function) {
+  const auto& d = trainer->deck;
+  const int replicas = std::visit([](const auto& t) { return t->grid().replicas; }, trainer->impl);
+  const std::int64_t least = std::int64_t(replicas) * d.training.micro_batches;
+  if (n >= least && n <= d.training.batch_size) return "";
+  return std::string(function) + ": n = " + std::to_string(n) + " samples, expected " +
+         std::to_string(least) +
+         (replicas > 1 ? " (replicas x micro_batches) to " : " (micro_batches) to ") +
+         std::to_string(d.training.batch_size) + " (batch_size)";
+}
+
+// The local checks of gpipe_train_step's arguments (the message is set on failure).
+gpipe_status check_train_arguments(const gpipe_trainer* trainer, const int32_t* labels, int64_t n) {
+  const auto& d = trainer->deck;
+  if (d.model.loss.regression())
+    return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: model.loss is " + d.model.loss.type +
+                                       ": pass float targets with gpipe_train_step_targets");
+  const std::string bad = check_step_size(trainer, n, "gpipe_train_step");
+  if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
+  const std::int64_t classes = d.model.classes();
+  for (int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: labels[" + std::to_string(i) + "] = " +
+                                         std::to_string(labels[i]) + " is outside [0, " +
+                                         std::to_string(classes) + ")");
+  return GPIPE_OK;
+}
+
+// The local checks of gpipe_train_step_targets' arguments.
+gpipe_status check_target_arguments(const gpipe_trainer* trainer, int64_t n) {
+  if (!trainer->deck.model.loss.regression())
+    return fail(GPIPE_ERROR_INPUT, "gpipe_train_step_targets: model.loss is softmax_cross_entropy: "
+                                   "pass integer labels with gpipe_train_step");
+  const std::string bad = check_step_size(trainer, n, "gpipe_train_step_targets");
+  return bad.empty() ? GPIPE_OK : fail(GPIPE_ERROR_INPUT, bad);
+}
+
 gpipe_status create(gpipe::Deck deck, MPI_Comm comm, gpipe_trainer** out) {
-  if (!Kokkos::is_initialized())
-    return fail(GPIPE_ERROR_STATE, "gpipe_create: call gpipe_initialize first");
   auto t = std::make_unique<gpipe_trainer>();
   if (deck.precision == "double")
     t->impl = std::make_unique<gpipe::Pipeline<double>>(deck, comm);
@@ -66,7 +125,19 @@ gpipe_status gpipe_initialize(int* argc, char*** argv) {
   return guarded([&] {
     int mpi = 0;
     MPI_Initialized(&mpi);
-    if (!mpi) return fail(GPIPE_ERROR_STATE, "gpipe_initialize: initialize MPI first (MPI_Init)");
+    if (!mpi) return fail(GPIPE_ERROR_STATE, "gpipe_initialize: initialize MPI first (MPI_Init_thread)");
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    if (provided < gpipe::required_mpi_thread_level())
+      return fail(GPIPE_ERROR_STATE,
+                  "gpipe_initialize: MPI was initialized with thread level " + std::to_string(provided) +
+                      "; the Kokkos " + gpipe::ExecSpace::name() +
+                      " backend needs MPI_THREAD_FUNNELED: initialize MPI with MPI_Init_thread");
+    if (finalized_kokkos && !Kokkos::is_initialized())
+      return fail(GPIPE_ERROR_STATE,
+                  "gpipe_initialize: gpipe_finalize has already finalized Kokkos, which cannot be "
+                  "initialized again in the same process: call gpipe_initialize and gpipe_finalize "
+                  "once per process");
     if (!Kokkos::is_initialized()) {
       int zero = 0;
       char** none = nullptr;
@@ -82,7 +153,10 @@ gpipe_status gpipe_initialize(int* argc, char*** argv) {
 
 gpipe_status gpipe_finalize(void) {
   return guarded([&] {
-    if (initialized_kokkos && Kokkos::is_initialized()) Kokkos::finalize();
+    if (initialized_kokkos && Kokkos::is_initialized()) {
+      Kokkos::finalize();
+      finalized_kokkos = true;
+    }
     initialized_kokkos = false;
     return GPIPE_OK;
   });
@@ -92,6 +166,7 @@ gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpip
   if (!deck_yaml || !out)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_string: deck_yaml and out must not be NULL");
   *out = nullptr;
+  if (need_initialized("gpipe_create_from_string") != GPIPE_OK) return GPIPE_ERROR_STATE;
   return guarded([&] { return create(gpipe::parse_deck(deck_yaml, "<deck string>"), comm, out); });
 }
 
@@ -99,6 +174,7 @@ gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_
   if (!deck_path || !out)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_file: deck_path and out must not be NULL");
   *out = nullptr;
+  if (need_initialized("gpipe_create_from_file") != GPIPE_OK) return GPIPE_ERROR_STATE;
   return guarded([&] { return create(gpipe::load_deck(deck_path), comm, out); });
 }
 
@@ -124,37 +200,17 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
   });
 }
 
-namespace {
-// The n a training step accepts: D x micro_batches to batch_size; "" if fine.
-std::string check_step_size(const gpipe_trainer* trainer, int64_t n, const char* function) {
-  const auto& d = trainer->deck;
-  const int replicas = std::visit([](const auto& t) { return t->grid().replicas; }, trainer->impl);
-  const std::int64_t least = std::int64_t(replicas) * d.training.micro_batches;
-  if (n >= least && n <= d.training.batch_size) return "";
-  return std::string(function) + ": n = " + std::to_string(n) + " samples, expected " +
-         std::to_string(least) +
-         (replicas > 1 ? " (replicas x micro_batches) to " : " (micro_batches) to ") +
-         std::to_string(d.training.batch_size) + " (batch_size)";
-}
-}  // namespace
 
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss) {
   if (!trainer || !inputs || !labels)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_train_step: trainer, inputs and labels must not be NULL");
+  if (need_initialized("gpipe_train_step") != GPIPE_OK) return GPIPE_ERROR_STATE;
   return guarded([&] {
-    const auto& d = trainer->deck;
-    if (d.model.loss.regression())
-      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: model.loss is " + d.model.loss.type +
-                                         ": pass float targets with gpipe_train_step_targets");
-    const std::string bad = check_step_size(trainer, n, "gpipe_train_step");
-    if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
-    const std::int64_t classes = d.model.classes();
-    for (int64_t i = 0; i < n; ++i)
-      if (labels[i] < 0 || labels[i] >= classes)
-        return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: labels[" + std::to_string(i) + "] = " +
-                                           std::to_string(labels[i]) + " is outside [0, " +
-                                           std::to_string(classes) + ")");
+    const gpipe_status local = check_train_arguments(trainer, labels, n);
+    const bool failed = std::visit([](const auto& t) { return any_rank_failed(t, "gpipe_train_step"); },
+                                   trainer->impl);
+    if (failed) return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
     std::visit(
         [&](auto& t) {
           const double loss = t->from_last(t->step(inputs, labels, n).loss);
@@ -170,13 +226,12 @@ gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* input
   if (!trainer || !inputs || !targets)
     return fail(GPIPE_ERROR_NULL_ARGUMENT,
                 "gpipe_train_step_targets: trainer, inputs and targets must not be NULL");
+  if (need_initialized("gpipe_train_step_targets") != GPIPE_OK) return GPIPE_ERROR_STATE;
   return guarded([&] {
-    const auto& d = trainer->deck;
-    if (!d.model.loss.regression())
-      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step_targets: model.loss is softmax_cross_entropy: "
-                                     "pass integer labels with gpipe_train_step");
-    const std::string bad = check_step_size(trainer, n, "gpipe_train_step_targets");
-    if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
+    const gpipe_status local = check_target_arguments(trainer, n);
+    const bool failed = std::visit(
+        [](const auto& t) { return any_rank_failed(t, "gpipe_train_step_targets"); }, trainer->impl);
+    if (failed) return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
     std::visit(
         [&](auto& t) {
           const double loss = t->from_last(t->step(inputs, targets, n).loss);
@@ -190,9 +245,13 @@ gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* input
 gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits) {
   if (!trainer || !inputs || !logits)
     return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_predict: trainer, inputs and logits must not be NULL");
+  if (need_initialized("gpipe_predict") != GPIPE_OK) return GPIPE_ERROR_STATE;
   return guarded([&] {
-    if (n < 1)
-      return fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected at least 1");
+    const gpipe_status local =
+        n < 1 ? fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected at least 1")
+              : GPIPE_OK;
+    if (std::visit([](const auto& t) { return any_rank_failed(t, "gpipe_predict"); }, trainer->impl))
+      return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
     std::visit(
         [&](auto& t) {
           const auto out = t->predict(inputs, n);

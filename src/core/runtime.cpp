@@ -5,24 +5,43 @@
 
 #include <Kokkos_Core.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "gpipe/config.hpp"
+#include "gpipe/core/error.hpp"
 #include "gpipe/core/views.hpp"
 
 namespace gpipe {
+
+int required_mpi_thread_level() {
+#if defined(KOKKOS_ENABLE_SERIAL)
+  if (std::is_same<ExecSpace, Kokkos::Serial>::value) return MPI_THREAD_SINGLE;
+#endif
+  return MPI_THREAD_FUNNELED;
+}
 
 Runtime::Runtime(int& argc, char**& argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    MPI_Init(&argc, &argv);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, required_mpi_thread_level(), &provided);
     owns_mpi_ = true;
+    if (provided < required_mpi_thread_level()) {
+      MPI_Finalize();
+      throw StateError("MPI provides thread level " + std::to_string(provided) + ", below the " +
+                       std::to_string(required_mpi_thread_level()) +
+                       " (MPI_THREAD_FUNNELED) that the Kokkos " + ExecSpace::name() + " backend needs");
+    }
   }
-  Kokkos::initialize(argc, argv);
+  if (!Kokkos::is_initialized()) {
+    Kokkos::initialize(argc, argv);
+    owns_kokkos_ = true;
+  }
 }
 
 Runtime::~Runtime() {
-  Kokkos::finalize();
+  if (owns_kokkos_) Kokkos::finalize();
   if (owns_mpi_) MPI_Finalize();
 }
 

@@ -1,8 +1,12 @@
 #include "gpipe/io/checkpoint.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
+#include <sstream>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +14,8 @@
 #include <unistd.h>
 
 #include "gpipe/config.hpp"
+#include "gpipe/core/agreed.hpp"
+#include "gpipe/optim/optimizer.hpp"
 #include "gpipe/core/error.hpp"
 #include "hdf5_handle.hpp"
 
@@ -39,13 +45,14 @@ h5::Handle mpio_access(MPI_Comm comm) {
 struct LayerLayout {
   std::string group;
   std::vector<ParameterSpec> specs;
+  std::vector<ParameterSpec> state;  // non-trainable: GROUP/state/NAME
 };
 
 template <class T>
 std::vector<LayerLayout> layouts(const ModelSpec& model) {
   std::vector<LayerLayout> out;
   for (const auto& layer : model_shapes(model))
-    out.push_back({layer_group(layer.index, layer.type()), layer.parameters});
+    out.push_back({layer_group(layer.index, layer.type()), layer.parameters, layer.state});
   return out;
 }
 
@@ -56,17 +63,17 @@ bool kill_requested() {
   return v && std::string(v) == "1";
 }
 
-// Agrees across ranks: throws on every rank if `error` is set on any.
-void agree(const std::string& error, const std::string& path, MPI_Comm comm) {
-  int local = error.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, comm);
-  if (!error.empty()) throw InputError(error);
-  if (any) throw InputError(fmt::format("{}: another rank failed to read its layers", path));
+// Agrees across ranks: every rank throws the first failing rank's error.
+void agree_on(const std::string& error, MPI_Comm comm) {
+  throw_agreed(agree(error.empty() ? 0 : 1, error, comm));
 }
 
-// The root attributes and the normalization group of an open checkpoint.
+// The root attributes (run identity and data position included) and the
+// normalization group of an open checkpoint; throws InputError naming `path`.
 CheckpointInfo read_info(hid_t root, const std::string& path) {
   CheckpointInfo info;
+  if (!h5::has_attribute(root, "format_version"))
+    throw InputError(fmt::format("{}: attribute format_version is missing: not a gpipe checkpoint", path));
   const auto version = h5::read_int_attribute(root, "format_version");
   if (version != kCheckpointFormatVersion)
     throw InputError(fmt::format("{}: format_version {} is not supported (this build reads {})", path,
@@ -78,6 +85,18 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
   info.optimizer = h5::read_string_attribute(root, "optimizer");
   info.optimizer_steps = h5::read_int_attribute(root, "optimizer_steps");
   info.deck = h5::read_string_attribute(root, "deck");
+  auto optional_int = [&](const char* name) {
+    return h5::has_attribute(root, name) ? std::int64_t(h5::read_int_attribute(root, name)) : 0;
+  };
+  if (h5::has_attribute(root, "run_id")) info.run_id = h5::read_string_attribute(root, "run_id");
+  info.written_ns = optional_int("written_ns");
+  info.batch_size = optional_int("batch_size");
+  info.train_samples = optional_int("train_samples");
+  info.epoch_samples = optional_int("epoch_samples");
+  info.epoch_loss_samples =
+      h5::has_attribute(root, "epoch_loss_samples") ? optional_int("epoch_loss_samples") : -1;
+  if (h5::has_attribute(root, "epoch_loss_sum"))
+    info.epoch_loss_sum = h5::read_double_attribute(root, "epoch_loss_sum");
   if (H5Lexists(root, "normalization", H5P_DEFAULT) > 0) {
     const h5::Handle g = h5::group(H5Gopen2(root, "normalization", H5P_DEFAULT));
     auto& n = info.normalization;
@@ -89,6 +108,64 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
   }
   return info;
 }
+
+// Reads the root attributes and checks them against what the deck asks for;
+// throws InputError naming `path`.
+template <class T>
+CheckpointInfo read_header(hid_t root, const std::string& path, const std::string& optimizer,
+                           std::size_t layer_count) {
+  CheckpointInfo info = read_info(root, path);
+  const std::string precision = sizeof(T) == 4 ? "float" : "double";
+  if (info.precision != precision)
+    throw InputError(fmt::format("{}: precision: the checkpoint holds {}, the deck asks for {}", path,
+                                 info.precision, precision));
+  if (info.optimizer != optimizer)
+    throw InputError(fmt::format("{}: optimizer: the checkpoint holds {} state, the deck asks for {}",
+                                 path, info.optimizer, optimizer));
+  const auto stored = h5::read_int_attribute(root, "layers");
+  if (stored != (long long)layer_count)
+    throw InputError(fmt::format("{}: the checkpoint has {} layers, the model has {}", path, stored,
+                                 layer_count));
+  return info;
+}
+
+// Checks that dataset `name` exists with spec's shape and type T; returns it open.
+template <class T>
+h5::Handle open_checked(hid_t root, const std::string& path, const std::string& name,
+                        const ParameterSpec& spec) {
+  h5::Handle d = h5::dataset(H5Dopen2(root, name.c_str(), H5P_DEFAULT));
+  if (!d.valid()) throw InputError(fmt::format("{}: missing dataset {}", path, name));
+  const h5::Handle space = h5::dataspace(H5Dget_space(d.get()));
+  hsize_t dims[2] = {0, 0};
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  if (rank != 2 || dims[0] != hsize_t(spec.rows) || dims[1] != hsize_t(spec.cols))
+    throw InputError(fmt::format("{}: {} has shape {}, the model expects {}x{}", path, name,
+                                 rank == 2 ? fmt::format("{}x{}", dims[0], dims[1])
+                                           : fmt::format("of rank {}", rank),
+                                 spec.rows, spec.cols));
+  const h5::Handle type = h5::datatype(H5Dget_type(d.get()));
+  if (H5Tequal(type.get(), native_type<T>()) <= 0)
+    throw InputError(fmt::format("{}: {} is not stored as {}", path, name, sizeof(T) == 4 ? "float" : "double"));
+  if (H5Dget_storage_size(d.get()) < hsize_t(spec.size()) * sizeof(T))
+    throw InputError(fmt::format("{}: {} holds no complete data (file corrupt or truncated)", path, name));
+  return d;
+}
+
+// Checks layer `l`'s group and datasets (parameters and every optimizer state).
+template <class T>
+void check_layer(hid_t root, const std::string& path, const ModelSpec& model, int l,
+                 const LayerLayout& layout, const std::vector<std::string>& states) {
+  if (H5Lexists(root, layout.group.c_str(), H5P_DEFAULT) <= 0)
+    throw InputError(fmt::format("{}: missing group {} (the model's layer {} is a {} layer)", path,
+                                 layout.group, l, model.layers[size_t(l)].type));
+  for (const auto& spec : layout.specs) {
+    open_checked<T>(root, path, layout.group + "/" + spec.name, spec);
+    for (const auto& state : states)
+      open_checked<T>(root, path, layout.group + "/optimizer/" + state + "/" + spec.name, spec);
+  }
+}
+
 
 }  // namespace
 
@@ -116,37 +193,174 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   }
 }
 
-std::string checkpoint_path(const std::string& directory, std::int64_t step) {
-  return (fs::path(directory) / fmt::format("ckpt_{:09d}.h5", step)).string();
+std::string checkpoint_path(const std::string& directory, std::int64_t step, const std::string& run) {
+  const std::string name = run.empty() ? fmt::format("ckpt_{:09d}.h5", step)
+                                       : fmt::format("ckpt_{:09d}_{}.h5", step, run);
+  return (fs::path(directory) / name).string();
+}
+
+std::string new_run_id(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  unsigned long long id = 0;
+  if (rank == 0) {
+    std::random_device device;
+    const auto now = std::chrono::system_clock::now().time_since_epoch().count();
+    id = (std::uint64_t(device()) << 32 | device()) ^ std::uint64_t(now) ^
+         (std::uint64_t(::getpid()) << 17);
+  }
+  MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+  return fmt::format("{:016x}", id);
 }
 
 namespace {
-std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& directory) {
-  std::vector<std::pair<std::int64_t, std::string>> found;
+struct Listed {
+  std::int64_t step;
+  std::string run;  // from the name ("" for names without a run id)
+  std::string path;
+};
+
+// Checkpoint files (ckpt_<step>[_<run>].h5; never .tmp files) in `directory`.
+std::vector<Listed> list_checkpoints(const std::string& directory) {
+  std::vector<Listed> found;
   std::error_code ec;
   if (!fs::is_directory(directory, ec)) return found;
-  static const std::regex name(R"(ckpt_(\d+)\.h5)");
+  static const std::regex name(R"(ckpt_(\d+)(?:_([0-9a-f]{16}))?\.h5)");
   for (const auto& entry : fs::directory_iterator(directory, ec)) {
     std::smatch m;
     const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, name)) found.emplace_back(std::stoll(m[1].str()), entry.path().string());
+    if (std::regex_match(file, m, name))
+      found.push_back({std::stoll(m[1].str()), m[2].str(), entry.path().string()});
   }
-  std::sort(found.begin(), found.end());
   return found;
+}
+
+// Inspects one candidate on this rank alone (serial HDF5): header and every
+// dataset of every layer. Returns "" if usable, else the reason.
+// Unix time (ns) of the file's last modification.
+std::int64_t modified_ns(const std::string& path) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(path, ec);
+  const auto since = t - fs::file_time_type::clock::now() + std::chrono::system_clock::now();
+  return std::int64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(since.time_since_epoch()).count());
+}
+
+// Inspects one candidate on this rank alone (serial HDF5): header and every
+// dataset of every layer. Returns "" if usable, else the reason. Sets
+// info.written_ns in any case (from the file, else its modification time), so
+// damaged files sort by age too.
+template <class T>
+std::string inspect(const std::string& path, const ModelSpec& model, const std::string& optimizer,
+                    const std::vector<std::string>& states, CheckpointInfo& info) {
+  info.written_ns = modified_ns(path);
+  const char* unreadable = "not a readable HDF5 checkpoint (corrupt or truncated)";
+  if (H5Fis_hdf5(path.c_str()) <= 0) return unreadable;
+  const h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) return unreadable;
+  try {
+    if (h5::has_attribute(file.get(), "written_ns"))
+      info.written_ns = h5::read_int_attribute(file.get(), "written_ns");
+    const auto written = info.written_ns;
+    const auto layers = layouts<T>(model);
+    info = read_header<T>(file.get(), path, optimizer, layers.size());
+    if (info.written_ns == 0) info.written_ns = written;
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      check_layer<T>(file.get(), path, model, int(l), layers[l], states);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+    return why;
+  }
+  return "";
+}
+
+template <class T>
+LatestCheckpoint latest_of(const std::string& directory, const ModelSpec& model,
+                           const std::string& optimizer) {
+  LatestCheckpoint out;
+  auto found = list_checkpoints(directory);
+  std::vector<std::string> states;  // names of the deck optimizer's state buffers
+  OptimizerSpec spec;
+  spec.type = optimizer;
+  for (const auto& [name, values] : make_optimizer<T>(spec, 0)->state()) states.push_back(name);
+  struct Candidate {
+    Listed file;
+    CheckpointInfo info;
+    std::string problem;
+  };
+  std::vector<Candidate> candidates;
+  for (auto& f : found) {
+    Candidate c{f, {}, ""};
+    c.problem = inspect<T>(f.path, model, optimizer, states, c.info);
+    candidates.push_back(std::move(c));
+  }
+  // Newest first: written time (damaged files by step alone, after the rest), then step.
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.info.written_ns != b.info.written_ns) return a.info.written_ns > b.info.written_ns;
+    if (a.file.step != b.file.step) return a.file.step > b.file.step;
+    return a.file.path > b.file.path;
+  });
+  for (const auto& c : candidates) {
+    if (c.problem.empty()) {
+      out.path = c.file.path;
+      out.info = c.info;
+      return out;
+    }
+    out.skipped.push_back(c.file.path + ": " + c.problem);
+  }
+  return out;
 }
 }  // namespace
 
-std::string latest_checkpoint(const std::string& directory) {
-  const auto found = complete_checkpoints(directory);
-  if (found.empty())
-    throw InputError(fmt::format("{}: no complete checkpoint (ckpt_*.h5) to restart from", directory));
-  return found.back().second;
+LatestCheckpoint find_latest_checkpoint(const std::string& directory, const ModelSpec& model,
+                                        const std::string& precision,
+                                        const std::string& optimizer, MPI_Comm comm) {
+  h5::silence_errors();
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  LatestCheckpoint latest;
+  std::string error;
+  if (rank == 0) {
+    try {
+      latest = precision == "double" ? latest_of<double>(directory, model, optimizer)
+                                     : latest_of<float>(directory, model, optimizer);
+      if (latest.path.empty())
+        error = latest.skipped.empty()
+                    ? fmt::format("{}: no complete checkpoint (ckpt_*.h5) to restart from", directory)
+                    : fmt::format("{}: no usable checkpoint to restart from; skipped: {}", directory,
+                                  fmt::join(latest.skipped, "; "));
+    } catch (const std::exception& e) {
+      error = fmt::format("{}: {}", directory, e.what());
+    }
+  }
+  agree_on(error, comm);
+  // Broadcast the choice (path, skipped list) as one text, and its step.
+  long long step = latest.info.step;
+  MPI_Bcast(&step, 1, MPI_LONG_LONG, 0, comm);
+  latest.info.step = step;
+  std::string text;
+  if (rank == 0) {
+    text = latest.path + '\n' + fmt::format("{}", fmt::join(latest.skipped, "\n"));
+  }
+  int size = int(text.size());
+  MPI_Bcast(&size, 1, MPI_INT, 0, comm);
+  text.resize(std::size_t(size));
+  MPI_Bcast(text.data(), size, MPI_CHAR, 0, comm);
+  if (rank != 0) {
+    std::istringstream in(text);
+    std::string line;
+    std::getline(in, latest.path);
+    while (std::getline(in, line))
+      if (!line.empty()) latest.skipped.push_back(line);
+  }
+  return latest;
 }
 
 std::vector<std::string> remove_partial_checkpoints(const std::string& directory) {
   std::vector<std::string> removed;
   std::error_code ec;
-  static const std::regex partial(R"(ckpt_\d+\.h5\.tmp)");
+  static const std::regex partial(R"(ckpt_\d+(_[0-9a-f]{16})?\.h5\.tmp)");
   std::vector<fs::path> found;  // listed first, removed after: no removal while iterating
   for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec))
     if (std::regex_match(it->path().filename().string(), partial)) found.push_back(it->path());
@@ -156,10 +370,15 @@ std::vector<std::string> remove_partial_checkpoints(const std::string& directory
   return removed;
 }
 
-void prune_checkpoints(const std::string& directory, int keep) {
-  auto found = complete_checkpoints(directory);
+void prune_checkpoints(const std::string& directory, const std::string& run, int keep) {
+  if (run.empty()) return;  // files without an id belong to no run we can prove is ours
+  auto found = list_checkpoints(directory);
+  std::vector<Listed> mine;
+  for (auto& f : found)
+    if (f.run == run) mine.push_back(f);
+  std::sort(mine.begin(), mine.end(), [](const Listed& a, const Listed& b) { return a.step > b.step; });
   std::error_code ec;
-  for (size_t i = 0; i + size_t(std::max(keep, 1)) < found.size(); ++i) fs::remove(found[i].second, ec);
+  for (std::size_t i = std::size_t(std::max(keep, 1)); i < mine.size(); ++i) fs::remove(mine[i].path, ec);
 }
 
 template <class T>
@@ -175,67 +394,106 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
   }
   MPI_Barrier(comm);
   const auto layers = layouts<T>(model);
+  // A rank-local failure (a failed H5Dwrite, an attribute) is recorded, and the
+  // rank keeps making the same collective HDF5 calls as the others, so every
+  // rank reaches the agreement below; only then is the outcome acted on.
+  std::string error;
+  auto fail = [&](const std::string& why) {
+    if (error.empty()) error = fmt::format("{}: {}", tmp, why);
+  };
   {
     const h5::Handle fapl = mpio_access(comm);
     const h5::Handle file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    if (!file.valid()) throw InputError(fmt::format("{}: cannot create checkpoint file", tmp));
+    if (!file.valid()) fail("cannot create checkpoint file");
     const hid_t root = file.get();
-    h5::write_attribute(root, "format_version", (long long)kCheckpointFormatVersion);
-    h5::write_attribute(root, "step", (long long)info.step);
-    h5::write_attribute(root, "epoch", (long long)info.epoch);
-    h5::write_attribute(root, "seed", (long long)info.seed);
-    h5::write_attribute(root, "precision", info.precision);
-    h5::write_attribute(root, "optimizer", info.optimizer);
-    h5::write_attribute(root, "optimizer_steps", (long long)info.optimizer_steps);
-    h5::write_attribute(root, "layers", (long long)layers.size());
-    h5::write_attribute(root, "deck", info.deck);
-    h5::write_attribute(root, "library_version", std::string(GPIPE_VERSION_STRING));
-    {
-      const auto& n = info.normalization;
-      const h5::Handle g =
-          h5::group(H5Gcreate2(root, "normalization", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      h5::write_attribute(g.get(), "input_scale", n.input_scale);
-      h5::write_attribute(g.get(), "input_mean", n.input_mean);
-      h5::write_attribute(g.get(), "input_std", n.input_std);
-      h5::write_attribute(g.get(), "target_mean", n.target_mean);
-      h5::write_attribute(g.get(), "target_std", n.target_std);
+    if (file.valid()) {
+      try {
+        h5::write_attribute(root, "format_version", (long long)kCheckpointFormatVersion);
+        h5::write_attribute(root, "step", (long long)info.step);
+        h5::write_attribute(root, "epoch", (long long)info.epoch);
+        h5::write_attribute(root, "seed", (long long)info.seed);
+        h5::write_attribute(root, "precision", info.precision);
+        h5::write_attribute(root, "optimizer", info.optimizer);
+        h5::write_attribute(root, "optimizer_steps", (long long)info.optimizer_steps);
+        h5::write_attribute(root, "layers", (long long)layers.size());
+        h5::write_attribute(root, "deck", info.deck);
+        h5::write_attribute(root, "library_version", std::string(GPIPE_VERSION_STRING));
+        h5::write_attribute(root, "run_id", info.run_id);
+        h5::write_attribute(root, "written_ns", (long long)info.written_ns);
+        h5::write_attribute(root, "batch_size", (long long)info.batch_size);
+        h5::write_attribute(root, "train_samples", (long long)info.train_samples);
+        h5::write_attribute(root, "epoch_samples", (long long)info.epoch_samples);
+        h5::write_attribute(root, "epoch_loss_sum", info.epoch_loss_sum);
+        h5::write_attribute(root, "epoch_loss_samples", (long long)info.epoch_loss_samples);
+        const auto& n = info.normalization;
+        const h5::Handle g =
+            h5::group(H5Gcreate2(root, "normalization", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        h5::write_attribute(g.get(), "input_scale", n.input_scale);
+        h5::write_attribute(g.get(), "input_mean", n.input_mean);
+        h5::write_attribute(g.get(), "input_std", n.input_std);
+        h5::write_attribute(g.get(), "target_mean", n.target_mean);
+        h5::write_attribute(g.get(), "target_std", n.target_std);
+      } catch (const std::exception& e) {
+        fail(e.what());
+      }
+      const h5::Handle top = h5::group(H5Gcreate2(root, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      std::size_t offset = 0, state_offset = 0;  // into this rank's shard buffers
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        const bool mine = int(l) >= shard.first_layer && int(l) < shard.first_layer + shard.layer_count;
+        const h5::Handle g = h5::group(H5Gcreate2(root, layers[l].group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        std::vector<h5::Handle> state_groups;
+        if (!layers[l].specs.empty()) {
+          const h5::Handle og = h5::group(H5Gcreate2(g.get(), "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+          for (const auto& [name, values] : shard.optimizer_state)
+            state_groups.push_back(h5::group(H5Gcreate2(og.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+        }
+        for (const auto& spec : layers[l].specs) {
+          const hsize_t dims[2] = {hsize_t(spec.rows), hsize_t(spec.cols)};
+          const h5::Handle space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
+          auto write = [&](hid_t parent, const T* data) {
+            const h5::Handle d = h5::dataset(H5Dcreate2(parent, spec.name.c_str(), native_type<T>(), space.get(),
+                                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+            if (!d.valid()) return fail(fmt::format("creating {}/{} failed", layers[l].group, spec.name));
+            if (mine && error.empty() && H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+              fail(fmt::format("writing {}/{} failed", layers[l].group, spec.name));
+          };
+          write(g.get(), mine ? shard.parameters.data() + offset : nullptr);
+          for (std::size_t s = 0; s < state_groups.size(); ++s)
+            write(state_groups[s].get(), mine ? shard.optimizer_state[s].second.data() + offset : nullptr);
+          if (mine) offset += std::size_t(spec.size());
+        }
+        if (!layers[l].state.empty()) {
+          const h5::Handle sg = h5::group(H5Gcreate2(g.get(), "state", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+          for (const auto& spec : layers[l].state) {
+            const hsize_t dims[2] = {hsize_t(spec.rows), hsize_t(spec.cols)};
+            const h5::Handle space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
+            const h5::Handle d = h5::dataset(H5Dcreate2(sg.get(), spec.name.c_str(), native_type<T>(), space.get(),
+                                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+            if (!d.valid()) fail(fmt::format("creating {}/state/{} failed", layers[l].group, spec.name));
+            else if (mine && error.empty() &&
+                     H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              shard.layer_state.data() + state_offset) < 0)
+              fail(fmt::format("writing {}/state/{} failed", layers[l].group, spec.name));
+            if (mine) state_offset += std::size_t(spec.size());
+          }
+        }
+        if (l == 0 && kill_requested()) {
+          H5Fflush(root, H5F_SCOPE_GLOBAL);
+          ::kill(::getpid(), SIGKILL);
+        }
+      }
     }
-    const h5::Handle top = h5::group(H5Gcreate2(root, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    std::size_t offset = 0;  // into this rank's shard buffers
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      const bool mine = int(l) >= shard.first_layer && int(l) < shard.first_layer + shard.layer_count;
-      const h5::Handle g = h5::group(H5Gcreate2(root, layers[l].group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      std::vector<h5::Handle> state_groups;
-      if (!layers[l].specs.empty()) {
-        const h5::Handle og = h5::group(H5Gcreate2(g.get(), "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-        for (const auto& [name, values] : shard.optimizer_state)
-          state_groups.push_back(h5::group(H5Gcreate2(og.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-      }
-      for (const auto& spec : layers[l].specs) {
-        const hsize_t dims[2] = {hsize_t(spec.rows), hsize_t(spec.cols)};
-        const h5::Handle space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
-        auto write = [&](hid_t parent, const T* data) {
-          const h5::Handle d = h5::dataset(H5Dcreate2(parent, spec.name.c_str(), native_type<T>(), space.get(),
-                                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-          if (mine && H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-            throw InputError(fmt::format("{}: writing {}/{} failed", tmp, layers[l].group, spec.name));
-        };
-        write(g.get(), mine ? shard.parameters.data() + offset : nullptr);
-        for (std::size_t s = 0; s < state_groups.size(); ++s)
-          write(state_groups[s].get(), mine ? shard.optimizer_state[s].second.data() + offset : nullptr);
-        if (mine) offset += std::size_t(spec.size());
-      }
-      if (l == 0 && kill_requested()) {
-        H5Fflush(root, H5F_SCOPE_GLOBAL);
-        ::kill(::getpid(), SIGKILL);
-      }
-    }
+  }  // every rank closes the file (collective) before agreeing
+  const Agreement outcome = agree(error.empty() ? 0 : 1, error, comm);
+  int ok = outcome.failed ? 0 : 1;
+  if (rank == 0) {
+    std::error_code ec;
+    if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0 ? 1 : 0;
+    if (!ok) fs::remove(tmp, ec);  // never leave a partial file behind
   }
-  MPI_Barrier(comm);  // every rank has closed the file
-  int ok = 1;
-  if (rank == 0) ok = std::rename(tmp.c_str(), path.c_str()) == 0 ? 1 : 0;
   MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
-  if (!ok) throw InputError(fmt::format("{}: cannot rename {} into place", path, tmp));
+  throw_agreed(outcome);
+  if (!ok) throw AgreedError<InputError>(fmt::format("{}: cannot rename {} into place", path, tmp));
 }
 
 template <class T>
@@ -260,43 +518,18 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
     }
     try {
       const hid_t root = file.get();
-      if (!h5::has_attribute(root, "format_version"))
-        throw InputError(fmt::format("{}: attribute format_version is missing: not a gpipe checkpoint", path));
-      info = read_info(root, path);
-      const std::string precision = sizeof(T) == 4 ? "float" : "double";
-      if (info.precision != precision)
-        throw InputError(fmt::format("{}: precision: the checkpoint holds {}, the deck asks for {}", path,
-                                     info.precision, precision));
-      if (info.optimizer != optimizer)
-        throw InputError(fmt::format("{}: optimizer: the checkpoint holds {} state, the deck asks for {}",
-                                     path, info.optimizer, optimizer));
       const auto layers = layouts<T>(model);
-      const auto stored = h5::read_int_attribute(root, "layers");
-      if (stored != (long long)layers.size())
-        throw InputError(fmt::format("{}: the checkpoint has {} layers, the model has {}", path, stored,
-                                     layers.size()));
+      info = read_header<T>(root, path, optimizer, layers.size());
       shard.parameters.clear();
+      shard.layer_state.clear();
       for (auto& s : shard.optimizer_state) s.second.clear();
+      std::vector<std::string> states;
+      for (const auto& st : shard.optimizer_state) states.push_back(st.first);
       for (int l = shard.first_layer; l < shard.first_layer + shard.layer_count; ++l) {
         const auto& layout = layers[size_t(l)];
-        if (H5Lexists(root, layout.group.c_str(), H5P_DEFAULT) <= 0)
-          throw InputError(fmt::format("{}: missing group {} (the model's layer {} is a {} layer)", path,
-                                       layout.group, l, model.layers[size_t(l)].type));
+        check_layer<T>(root, path, model, l, layout, states);
         auto read = [&](const std::string& name, const ParameterSpec& spec, std::vector<T>& out) {
-          const h5::Handle d = h5::dataset(H5Dopen2(root, name.c_str(), H5P_DEFAULT));
-          if (!d.valid()) throw InputError(fmt::format("{}: missing dataset {}", path, name));
-          const h5::Handle space = h5::dataspace(H5Dget_space(d.get()));
-          hsize_t dims[2] = {0, 0};
-          const int rank = H5Sget_simple_extent_ndims(space.get());
-          H5Sget_simple_extent_dims(space.get(), dims, nullptr);
-          if (rank != 2 || dims[0] != hsize_t(spec.rows) || dims[1] != hsize_t(spec.cols))
-            throw InputError(fmt::format("{}: {} has shape {}, the model expects {}x{}", path, name,
-                                         rank == 2 ? fmt::format("{}x{}", dims[0], dims[1])
-                                                   : fmt::format("of rank {}", rank),
-                                         spec.rows, spec.cols));
-          const h5::Handle type = h5::datatype(H5Dget_type(d.get()));
-          if (H5Tequal(type.get(), native_type<T>()) <= 0)
-            throw InputError(fmt::format("{}: {} is not stored as {}", path, name, sizeof(T) == 4 ? "float" : "double"));
+          const h5::Handle d = open_checked<T>(root, path, name, spec);
           const std::size_t at = out.size();
           out.resize(at + std::size_t(spec.size()));
           if (H5Dread(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data() + at) < 0)
@@ -307,6 +540,8 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
           for (auto& [state, values] : shard.optimizer_state)
             read(layout.group + "/optimizer/" + state + "/" + spec.name, spec, values);
         }
+        for (const auto& spec : layout.state)
+          read(layout.group + "/state/" + spec.name, spec, shard.layer_state);
       }
     } catch (const InputError& e) {
       error = e.what();
@@ -314,7 +549,7 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
       error = fmt::format("{}: {}", path, e.what());
     }
   }  // the file is closed (collectively) on every rank before agreeing
-  agree(error, path, comm);
+  agree_on(error, comm);
   return info;
 }
 

@@ -61,17 +61,38 @@ Dataset load_idx_dataset(const std::string& images, const std::string& labels, s
 
 void standardize(Dataset& data, Normalization& norm, bool fit) {
   if (fit) {
-    double sum = 0, sq = 0;
-    for (float v : data.inputs) {
-      sum += v;
-      sq += double(v) * v;
-    }
-    const double count = double(std::max<std::size_t>(data.inputs.size(), 1));
-    norm.mean = sum / count;
-    norm.stddev = std::sqrt(std::max(sq / count - norm.mean * norm.mean, 1e-12));
+    // Two passes in double (mean, then the mean squared deviation from it):
+    // never E[x^2] - E[x]^2, which cancels catastrophically when |mean| >> std
+    // and overflows float at |x| > 1e19. Inputs are finite floats (the
+    // readers reject others), so nothing here overflows.
+    const auto count = std::max<std::size_t>(data.inputs.size(), 1);
+    double sum = 0;
+    for (float v : data.inputs) sum += v;
+    const double mean = sum / double(count);
+    double sq = 0;
+    for (float v : data.inputs) sq += (double(v) - mean) * (double(v) - mean);
+    const double var = sq / double(count);
+    norm.mean = mean;
+    // Constant inputs: nothing to scale; they all become 0.
+    norm.stddev = var > 0 ? std::sqrt(var) : 1.0;
   }
-  const float mean = float(norm.mean), inv = float(1.0 / norm.stddev);
-  for (auto& v : data.inputs) v = (v - mean) * inv;
+  const double mean = norm.mean, stddev = norm.stddev;
+  for (auto& v : data.inputs) v = float((double(v) - mean) / stddev);
+}
+
+void check_finite(const Dataset& data) {
+  for (std::size_t i = 0; i < data.inputs.size(); ++i)
+    if (!std::isfinite(data.inputs[i])) {
+      const auto f = std::size_t(std::max<std::int64_t>(data.features, 1));
+      throw InputError(fmt::format("{}: sample {}, feature {} is {} (inputs must be finite float values)",
+                                   data.name, i / f, i % f, double(data.inputs[i])));
+    }
+  for (std::size_t i = 0; i < data.targets.size(); ++i)
+    if (!std::isfinite(data.targets[i])) {
+      const auto p = std::size_t(std::max<std::int64_t>(data.outputs, 1));
+      throw InputError(fmt::format("{}: sample {}, output {} is {} (targets must be finite float values)",
+                                   data.labels_name, i / p, i % p, double(data.targets[i])));
+    }
 }
 
 void standardize_targets(Dataset& data, NormalizationStats& stats, bool fit) {

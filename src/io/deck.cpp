@@ -4,6 +4,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -25,7 +28,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"format", "train_images", "train_labels", "test_images", "test_labels", "train_file",
         "test_file", "inputs_dataset", "labels_dataset", "targets_dataset", "normalize",
         "normalize_targets", "train_limit", "test_limit"}},
-      {"training", {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every"}},
+      {"training",
+       {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every", "nonfinite"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
       {"pipeline", {"balance", "remat", "schedule"}},
@@ -34,6 +38,128 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"trace", {"file", "every"}},
   };
   return keys;
+}
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+// The documented domain of every scalar key (docs/input-deck.md lists the
+// same text): checked at parse time, with the range in every message.
+struct Domain {
+  enum Kind { Integer, Number, Choice, Text, Boolean } kind = Text;
+  std::int64_t min = 0, max = std::numeric_limits<std::int64_t>::max();  // Integer
+  double low = 0, high = 0;           // Number: finite, in the interval below
+  bool low_open = false, high_open = false, bounded_above = false;
+  std::vector<std::string> choices;   // Choice
+  bool empty_allowed = false;         // Text: "" is a valid value
+
+  std::string describe() const {
+    switch (kind) {
+      case Integer:
+        if (max == std::numeric_limits<std::int64_t>::max())
+          return fmt::format("an integer >= {}", min);
+        if (max == kIntMax) return fmt::format("an integer in [{}, 2^31 - 1]", min);
+        return fmt::format("an integer in [{}, {}]", min, max);
+      case Number:
+        if (!bounded_above)
+          return fmt::format("a finite number {} {}", low_open ? ">" : ">=", low);
+        return fmt::format("a number in {}{}, {}{}", low_open ? "(" : "[", low, high,
+                           high_open ? ")" : "]");
+      case Choice: {
+        std::string out;
+        for (size_t i = 0; i < choices.size(); ++i)
+          out += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+        return out;
+      }
+      case Boolean: return "true or false";
+      case Text: return empty_allowed ? "a path (\"\" for none)" : "a non-empty path";
+    }
+    return "";
+  }
+  bool contains(double v) const {
+    return std::isfinite(v) && (low_open ? v > low : v >= low) &&
+           (!bounded_above || (high_open ? v < high : v <= high));
+  }
+};
+
+Domain integer(std::int64_t min, std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
+  Domain d;
+  d.kind = Domain::Integer;
+  d.min = min;
+  d.max = max;
+  return d;
+}
+Domain number(double low, bool low_open) {
+  Domain d;
+  d.kind = Domain::Number;
+  d.low = low;
+  d.low_open = low_open;
+  return d;
+}
+Domain fraction() {  // [0, 1)
+  Domain d = number(0, false);
+  d.bounded_above = true;
+  d.high = 1;
+  d.high_open = true;
+  return d;
+}
+Domain choice(std::vector<std::string> options) {
+  Domain d;
+  d.kind = Domain::Choice;
+  d.choices = std::move(options);
+  return d;
+}
+Domain text(bool empty_allowed) {
+  Domain d;
+  d.kind = Domain::Text;
+  d.empty_allowed = empty_allowed;
+  return d;
+}
+
+const std::map<std::string, Domain>& domains() {
+  static const std::map<std::string, Domain> table = [] {
+    std::map<std::string, Domain> t;
+    t["seed"] = integer(0);
+    t["precision"] = choice({"float", "double"});
+    t["data.format"] = choice({"idx", "hdf5"});
+    t["model.loss"] = choice({"softmax_cross_entropy", "mse", "mae", "huber"});
+    t["model.huber_delta"] = number(0, true);
+    for (const char* k : {"train_images", "train_labels", "test_images", "test_labels",
+                          "train_file", "test_file", "inputs_dataset", "labels_dataset",
+                          "targets_dataset"})
+      t[std::string("data.") + k] = text(false);
+    t["data.normalize"] = choice({"none", "scale", "standardize"});
+    t["data.normalize_targets"] = choice({"none", "standardize"});
+    t["data.train_limit"] = integer(0);
+    t["data.test_limit"] = integer(0);
+    t["training.epochs"] = integer(1);
+    t["training.batch_size"] = integer(1, kIntMax);
+    t["training.micro_batches"] = integer(1, kIntMax);
+    t["training.shuffle"].kind = Domain::Boolean;
+    t["training.progress_every"] = integer(0);
+    t["training.nonfinite"] = choice({"abort", "skip_step", "ignore"});
+    t["optimizer.type"] = choice(optimizer_types());
+    t["optimizer.lr"] = number(0, true);
+    t["optimizer.momentum"] = fraction();
+    t["optimizer.beta1"] = fraction();
+    t["optimizer.beta2"] = fraction();
+    t["optimizer.eps"] = number(0, true);
+    t["optimizer.weight_decay"] = number(0, false);
+    t["optimizer.schedule"] = choice({"constant", "cosine"});
+    t["pipeline.remat"] = choice({"never", "always", "except_last"});
+    t["pipeline.schedule"] = choice({"fill_drain", "1f1b"});
+    t["parallel.cells"] = integer(0, kIntMax);
+    t["parallel.placement"] = choice({"replica", "pipeline"});
+    t["parallel.deterministic_reduction"].kind = Domain::Boolean;
+    t["parallel.bucket_kib"] = integer(1);
+    t["checkpoint.directory"] = text(true);
+    t["checkpoint.every_steps"] = integer(0);
+    t["checkpoint.every_epochs"] = integer(0);
+    t["checkpoint.keep"] = integer(1, kIntMax);
+    t["trace.file"] = text(true);
+    t["trace.every"] = integer(1);
+    return t;
+  }();
+  return table;
 }
 
 // Values given with --set: their YAML marks point into the --set text, not the deck.
@@ -51,6 +177,14 @@ class Section {
       if (n.IsDefined() && o.is(n)) return file_ + " (--set)";
     const auto mark = n.Mark();
     return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
+  }
+  // Position of `key` itself in this map (that of `value` if given by --set).
+  std::string where_key(const std::string& key, const YAML::Node& value) const {
+    const std::string w = where(value);
+    if (w.size() >= 7 && w.compare(w.size() - 7, 7, "(--set)") == 0) return w;
+    for (const auto& kv : node_)
+      if (kv.first.as<std::string>() == key) return where(kv.first);
+    return w;
   }
   std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
@@ -72,7 +206,10 @@ class Section {
     return convert<V>(n, key, expected);
   }
   template <class V>
-  V convert(const YAML::Node& n, const std::string& key, const char* expected) const {
+  V convert(const YAML::Node& n, const std::string& key, const std::string& expected) const {
+    if (n.IsNull())  // an empty value has no position of its own: its key's
+      throw InputError(fmt::format("{}: {}: expected {}, got an empty value", where_key(key, n),
+                                   field(key), expected));
     if (!n.IsScalar())
       throw InputError(fmt::format("{}: {}: expected {}, got a {}", where(n), field(key), expected,
                                    n.IsSequence() ? "list" : "map"));
@@ -83,10 +220,58 @@ class Section {
                                    n.Scalar()));
     }
   }
-  // Throws for keys outside `allowed`.
+  // The value of `key` (or `fallback` when absent), checked against its
+  // documented domain (domains()): type, range, finiteness, empty values.
+  template <class V>
+  V value(const std::string& key, const V& fallback) const {
+    const YAML::Node n = node_[key];
+    if (!n) return fallback;
+    return checked<V>(n, key);
+  }
+  template <class V>
+  V required(const std::string& key) const {
+    const Domain& d = domains().at(field(key));
+    if (!node_[key])
+      throw InputError(fmt::format("{}: missing required field '{}' ({})", where(node_), field(key),
+                                   d.describe()));
+    return checked<V>(node_[key], key);
+  }
+  template <class V>
+  V checked(const YAML::Node& n, const std::string& key) const {
+    const Domain& d = domains().at(field(key));
+    const std::string expected = d.describe();
+    const V v = convert<V>(n, key, expected);
+    bool ok = true;
+    if constexpr (std::is_same_v<V, std::string>) {
+      if (d.kind == Domain::Choice)
+        ok = std::find(d.choices.begin(), d.choices.end(), v) != d.choices.end();
+      else if (d.kind == Domain::Text)
+        ok = d.empty_allowed || !v.empty();
+      if (!ok)
+        throw InputError(fmt::format("{}: {}: expected {}, got '{}'", where(n), field(key), expected,
+                                     v));
+    } else if constexpr (std::is_floating_point_v<V>) {
+      if (!d.contains(double(v)))
+        throw InputError(fmt::format("{}: {}: expected {}, got {}", where(n), field(key), expected,
+                                     n.Scalar()));
+    } else if constexpr (std::is_integral_v<V> && std::is_signed_v<V>) {
+      if (std::int64_t(v) < d.min || std::int64_t(v) > d.max)
+        throw InputError(fmt::format("{}: {}: expected {}, got {}", where(n), field(key), expected,
+                                     v));
+    }
+    return v;
+  }
+  // Throws for keys outside `allowed` and for a key given twice.
   void only(const std::vector<std::string>& allowed) const {
+    std::map<std::string, YAML::Node> seen;
     for (const auto& kv : node_) {
       const auto key = kv.first.as<std::string>();
+      const auto first = seen.find(key);
+      if (first != seen.end())
+        throw InputError(fmt::format("{}: {}: duplicate key (first given at {}; a key may appear "
+                                     "once)",
+                                     where(kv.first), field(key), where(first->second)));
+      seen.emplace(key, kv.first);
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
         throw InputError(fmt::format("{}: unknown key '{}' in {} (expected one of: {})",
                                      where(kv.first), key, path_.empty() ? "the deck" : path_,
@@ -163,22 +348,123 @@ ModelSpec read_model(const Section& s) {
   for (size_t i = 0; i < layers.size(); ++i)
     model.layers.push_back(
         parse_layer_node(layers[i], s.file(), fmt::format("model.layers[{}]", i)));
-  model.loss.type = s.get<std::string>("loss", model.loss.type, "softmax_cross_entropy, mse, mae or huber");
+  model.loss.type = s.value<std::string>("loss", model.loss.type);
   const auto& l = model.loss.type;
-  if (l != "softmax_cross_entropy" && l != "mse" && l != "mae" && l != "huber")
-    throw InputError(fmt::format("{}: model.loss: unknown loss '{}' (expected "
-                                 "softmax_cross_entropy, mse, mae or huber)",
-                                 s.where(s.raw("loss")), l));
-  model.loss.huber_delta = s.get<double>("huber_delta", 1.0, "a positive number");
-  if (!(model.loss.huber_delta > 0))
-    throw InputError(fmt::format("{}: model.huber_delta: expected a positive number, got {}",
-                                 s.where(s.raw("huber_delta")), model.loss.huber_delta));
+  model.loss.huber_delta = s.value<double>("huber_delta", 1.0);
   if (s.has("huber_delta") && l != "huber")
     throw InputError(fmt::format("{}: model.huber_delta: only the huber loss has a delta (model.loss "
                                  "is {})",
                                  s.where(s.raw("huber_delta")), l));
   model_shapes(model);  // validates every layer's input shape
   return model;
+}
+
+DataSpec read_data(const Section& d, const ModelSpec& model) {
+  DataSpec data;
+  data.format = d.value<std::string>("format", "idx");
+  if (data.format == "idx") {
+    data.train_images = d.required<std::string>("train_images");
+    data.train_labels = d.required<std::string>("train_labels");
+    data.test_images = d.required<std::string>("test_images");
+    data.test_labels = d.required<std::string>("test_labels");
+  } else {
+    data.train_file = d.required<std::string>("train_file");
+    data.test_file = d.required<std::string>("test_file");
+    data.inputs_dataset = d.value<std::string>("inputs_dataset", "inputs");
+    data.labels_dataset = d.value<std::string>("labels_dataset", "labels");
+    data.targets_dataset = d.value<std::string>("targets_dataset", "targets");
+  }
+  data.normalize = d.value<std::string>("normalize", "standardize");
+  if (data.format == "hdf5" && data.normalize == "scale")
+    throw InputError(fmt::format("{}: data.normalize: 'scale' (x/255) is for IDX images; expected "
+                                 "none or standardize for HDF5 data",
+                                 d.where(d.raw("normalize"))));
+  data.regression = model.loss.regression();
+  data.normalize_targets = d.value<std::string>("normalize_targets", "none");
+  if (d.has("normalize_targets") && !data.regression)
+    throw InputError(fmt::format("{}: data.normalize_targets: only regression losses read float "
+                                 "targets (model.loss is {})",
+                                 d.where(d.raw("normalize_targets")), model.loss.type));
+  data.train_limit = d.value<std::int64_t>("train_limit", 0);
+  data.test_limit = d.value<std::int64_t>("test_limit", 0);
+  return data;
+}
+
+TrainingSpec read_training(const Section& t) {
+  TrainingSpec training;
+  training.epochs = t.required<std::int64_t>("epochs");
+  training.batch_size = t.required<std::int64_t>("batch_size");
+  training.micro_batches = t.value<int>("micro_batches", 1);
+  if (training.micro_batches > training.batch_size)
+    throw InputError(fmt::format("{}: training.micro_batches: {} micro-batches cannot split a "
+                                 "batch of {} samples (expected an integer in [1, "
+                                 "training.batch_size])",
+                                 t.where(t.raw("micro_batches")), training.micro_batches,
+                                 training.batch_size));
+  training.shuffle = t.value<bool>("shuffle", true);
+  training.progress_every = t.value<std::int64_t>("progress_every", 50);
+  const auto nonfinite = t.value<std::string>("nonfinite", "abort");
+  training.nonfinite = nonfinite == "ignore"      ? NonFinite::Ignore
+                       : nonfinite == "skip_step" ? NonFinite::SkipStep
+                                                  : NonFinite::Abort;
+  return training;
+}
+
+OptimizerSpec read_optimizer(const Section& o) {
+  OptimizerSpec opt;
+  opt.type = o.value<std::string>("type", opt.type);
+  opt.lr = o.value<double>("lr", opt.lr);
+  opt.momentum = o.value<double>("momentum", opt.momentum);
+  opt.beta1 = o.value<double>("beta1", opt.beta1);
+  opt.beta2 = o.value<double>("beta2", opt.beta2);
+  opt.eps = o.value<double>("eps", opt.eps);
+  opt.weight_decay = o.value<double>("weight_decay", opt.weight_decay);
+  opt.schedule = o.value<std::string>("schedule", opt.schedule);
+  return opt;
+}
+
+PipelineSpec read_pipeline(const Section& p) {
+  PipelineSpec pipeline;
+  if (p.has("balance")) {
+    const YAML::Node b = p.raw("balance");
+    if (b.IsSequence()) {
+      pipeline.balance = "explicit";
+      for (const auto& c : b) {
+        int count = 0;
+        try {
+          count = c.as<int>();
+        } catch (const YAML::Exception&) {
+          count = 0;
+        }
+        if (count < 1)
+          throw InputError(fmt::format("{}: pipeline.balance: expected a list of layer counts per "
+                                       "cell, each an integer >= 1, got '{}'",
+                                       p.where(b).find("(--set)") != std::string::npos ? p.where(b)
+                                                                                       : p.where(c),
+                                       c.IsScalar() ? c.Scalar() : "a list or map"));
+        pipeline.counts.push_back(count);
+      }
+    } else {
+      pipeline.balance = p.convert<std::string>(b, "balance", "params, flops, time or a list");
+      if (pipeline.balance != "params" && pipeline.balance != "flops" && pipeline.balance != "time")
+        throw InputError(fmt::format("{}: pipeline.balance: unknown mode '{}' (expected params, "
+                                     "flops, time, or a list of layer counts per cell)",
+                                     p.where(b), pipeline.balance));
+    }
+  }
+  const auto remat = p.value<std::string>("remat", "never");
+  pipeline.remat = parse_remat(remat, "pipeline.remat");
+  pipeline.schedule = parse_schedule(p.value<std::string>("schedule", "fill_drain"), "pipeline.schedule");
+  return pipeline;
+}
+
+ParallelSpec read_parallel(const Section& par) {
+  ParallelSpec parallel;
+  parallel.cells = par.value<int>("cells", 0);  // 0 = all ranks
+  parallel.placement = par.value<std::string>("placement", "replica");
+  parallel.deterministic_reduction = par.value<bool>("deterministic_reduction", false);
+  parallel.bucket_kib = par.value<std::int64_t>("bucket_kib", 256);
+  return parallel;
 }
 
 // Applies "key=value" to the deck; returns the node now holding the value.
@@ -208,6 +494,12 @@ YAML::Node apply_override(YAML::Node& root, const std::string& assignment) {
 }
 
 }  // namespace
+
+std::string key_domain(const std::string& key) {
+  const auto d = domains().find(key);
+  if (d == domains().end()) throw InputError(fmt::format("no documented domain for key '{}'", key));
+  return d->second.describe();
+}
 
 const std::vector<std::string>& settable_keys() {
   static const std::vector<std::string> keys = [] {
@@ -243,137 +535,25 @@ Deck parse_deck(const std::string& text, const std::string& name,
 
   Deck deck;
   deck.path = name;
-  deck.seed = top.get<std::uint64_t>("seed", 0, "a non-negative integer");
-  deck.precision = top.get<std::string>("precision", "float", "float or double");
-  if (deck.precision != "float" && deck.precision != "double")
-    throw InputError(fmt::format("{}: precision: expected float or double, got '{}'",
-                                 top.where(top.raw("precision")), deck.precision));
+  deck.seed = top.value<std::uint64_t>("seed", 0);
+  deck.precision = top.value<std::string>("precision", "float");
 
   deck.model = read_model(section(root, "model", name, true));
-
-  const Section d = section(root, "data", name, true);
-  deck.data.format = d.get<std::string>("format", "idx", "idx or hdf5");
-  if (deck.data.format == "idx") {
-    deck.data.train_images = d.need<std::string>("train_images", "a file path");
-    deck.data.train_labels = d.need<std::string>("train_labels", "a file path");
-    deck.data.test_images = d.need<std::string>("test_images", "a file path");
-    deck.data.test_labels = d.need<std::string>("test_labels", "a file path");
-  } else if (deck.data.format == "hdf5") {
-    deck.data.train_file = d.need<std::string>("train_file", "an HDF5 file path");
-    deck.data.test_file = d.need<std::string>("test_file", "an HDF5 file path");
-    deck.data.inputs_dataset = d.get<std::string>("inputs_dataset", "inputs", "a dataset name");
-    deck.data.labels_dataset = d.get<std::string>("labels_dataset", "labels", "a dataset name");
-    deck.data.targets_dataset = d.get<std::string>("targets_dataset", "targets", "a dataset name");
-  } else {
-    throw InputError(fmt::format("{}: data.format: unknown format '{}' (expected idx or hdf5)",
-                                 d.where(d.raw("format")), deck.data.format));
-  }
-  deck.data.normalize = d.get<std::string>("normalize", "standardize", "none, scale or standardize");
-  if (deck.data.normalize != "none" && deck.data.normalize != "scale" &&
-      deck.data.normalize != "standardize")
-    throw InputError(fmt::format("{}: data.normalize: unknown mode '{}' (expected none, scale or "
-                                 "standardize)",
-                                 d.where(d.raw("normalize")), deck.data.normalize));
-  deck.data.regression = deck.model.loss.regression();
-  deck.data.normalize_targets = d.get<std::string>("normalize_targets", "none", "none or standardize");
-  if (deck.data.normalize_targets != "none" && deck.data.normalize_targets != "standardize")
-    throw InputError(fmt::format("{}: data.normalize_targets: unknown mode '{}' (expected none or "
-                                 "standardize)",
-                                 d.where(d.raw("normalize_targets")), deck.data.normalize_targets));
-  if (d.has("normalize_targets") && !deck.data.regression)
-    throw InputError(fmt::format("{}: data.normalize_targets: only regression losses read float "
-                                 "targets (model.loss is {})",
-                                 d.where(d.raw("normalize_targets")), deck.model.loss.type));
-  deck.data.train_limit = d.get<std::int64_t>("train_limit", 0, "a non-negative integer");
-  deck.data.test_limit = d.get<std::int64_t>("test_limit", 0, "a non-negative integer");
-
-  const Section t = section(root, "training", name, true);
-  deck.training.epochs = t.need<std::int64_t>("epochs", "a positive integer");
-  positive(deck.training.epochs > 0, t, "epochs", deck.training.epochs);
-  deck.training.batch_size = t.need<std::int64_t>("batch_size", "a positive integer");
-  positive(deck.training.batch_size > 0, t, "batch_size", deck.training.batch_size);
-  deck.training.micro_batches = t.get<int>("micro_batches", 1, "a positive integer");
-  positive(deck.training.micro_batches > 0, t, "micro_batches", deck.training.micro_batches);
-  if (deck.training.micro_batches > deck.training.batch_size)
-    throw InputError(fmt::format("{}: training.micro_batches: {} micro-batches cannot split a "
-                                 "batch of {} samples",
-                                 t.where(t.raw("micro_batches")), deck.training.micro_batches,
-                                 deck.training.batch_size));
-  deck.training.shuffle = t.get<bool>("shuffle", true, "true or false");
-  deck.training.progress_every = t.get<std::int64_t>("progress_every", 50, "a non-negative integer");
-
-  const Section o = section(root, "optimizer", name, false);
-  OptimizerSpec& opt = deck.optimizer;
-  opt.type = o.get<std::string>("type", opt.type, "sgd, adam or adamw");
-  opt.lr = o.get<double>("lr", opt.lr, "a positive number");
-  opt.momentum = o.get<double>("momentum", opt.momentum, "a number in [0, 1)");
-  opt.beta1 = o.get<double>("beta1", opt.beta1, "a number in [0, 1)");
-  opt.beta2 = o.get<double>("beta2", opt.beta2, "a number in [0, 1)");
-  opt.eps = o.get<double>("eps", opt.eps, "a positive number");
-  opt.weight_decay = o.get<double>("weight_decay", opt.weight_decay, "a number >= 0");
-  opt.schedule = o.get<std::string>("schedule", opt.schedule, "constant or cosine");
-  make_optimizer<double>(opt, 0);  // validates the hyper-parameters
-
-  const Section p = section(root, "pipeline", name, false);
-  if (p.has("balance")) {
-    const YAML::Node b = p.raw("balance");
-    if (b.IsSequence()) {
-      deck.pipeline.balance = "explicit";
-      for (const auto& c : b) {
-        try {
-          deck.pipeline.counts.push_back(c.as<int>());
-        } catch (const YAML::Exception&) {
-          throw InputError(fmt::format("{}: pipeline.balance: expected a list of layer counts, "
-                                       "got '{}'",
-                                       p.where(c), c.Scalar()));
-        }
-      }
-    } else {
-      deck.pipeline.balance = p.convert<std::string>(b, "balance", "params, flops, time or a list");
-      if (deck.pipeline.balance != "params" && deck.pipeline.balance != "flops" &&
-          deck.pipeline.balance != "time")
-        throw InputError(fmt::format("{}: pipeline.balance: unknown mode '{}' (expected params, "
-                                     "flops, time, or a list of layer counts per cell)",
-                                     p.where(b), deck.pipeline.balance));
-    }
-  }
-  deck.pipeline.remat =
-      parse_remat(p.get<std::string>("remat", "never", "never, always or except_last"),
-                  p.has("remat") ? p.where(p.raw("remat")) + ": pipeline.remat" : "pipeline.remat");
-  deck.pipeline.schedule = parse_schedule(
-      p.get<std::string>("schedule", "fill_drain", "fill_drain or 1f1b"),
-      p.has("schedule") ? p.where(p.raw("schedule")) + ": pipeline.schedule" : "pipeline.schedule");
-
-  const Section par = section(root, "parallel", name, false);
-  deck.parallel.cells = par.get<int>("cells", 0, "a non-negative integer (0 = all ranks)");
-  if (deck.parallel.cells < 0)
-    throw InputError(fmt::format("{}: parallel.cells: expected a non-negative integer (0 = all "
-                                 "ranks), got {}",
-                                 par.where(par.raw("cells")), deck.parallel.cells));
-  deck.parallel.placement = par.get<std::string>("placement", "replica", "replica or pipeline");
-  if (deck.parallel.placement != "replica" && deck.parallel.placement != "pipeline")
-    throw InputError(fmt::format("{}: parallel.placement: unknown placement '{}' (expected "
-                                 "replica or pipeline)",
-                                 par.where(par.raw("placement")), deck.parallel.placement));
-  deck.parallel.deterministic_reduction =
-      par.get<bool>("deterministic_reduction", false, "true or false");
-  deck.parallel.bucket_kib = par.get<std::int64_t>("bucket_kib", 256, "a positive integer");
-  positive(deck.parallel.bucket_kib > 0, par, "bucket_kib", deck.parallel.bucket_kib);
+  deck.data = read_data(section(root, "data", name, true), deck.model);
+  deck.training = read_training(section(root, "training", name, true));
+  deck.optimizer = read_optimizer(section(root, "optimizer", name, false));
+  deck.pipeline = read_pipeline(section(root, "pipeline", name, false));
+  deck.parallel = read_parallel(section(root, "parallel", name, false));
 
   const Section c = section(root, "checkpoint", name, false);
-  deck.checkpoint.directory = c.get<std::string>("directory", "", "a directory path");
-  deck.checkpoint.every_steps = c.get<std::int64_t>("every_steps", 0, "a non-negative integer");
-  deck.checkpoint.every_epochs = c.get<std::int64_t>("every_epochs", 1, "a non-negative integer");
-  deck.checkpoint.keep = c.get<int>("keep", 2, "a positive integer");
-  positive(deck.checkpoint.keep > 0, c, "keep", deck.checkpoint.keep);
-  if (deck.checkpoint.every_steps < 0 || deck.checkpoint.every_epochs < 0)
-    throw InputError(fmt::format("{}: checkpoint.every_steps and checkpoint.every_epochs must be >= 0",
-                                 c.where(c.node())));
+  deck.checkpoint.directory = c.value<std::string>("directory", "");
+  deck.checkpoint.every_steps = c.value<std::int64_t>("every_steps", 0);
+  deck.checkpoint.every_epochs = c.value<std::int64_t>("every_epochs", 1);
+  deck.checkpoint.keep = c.value<int>("keep", 2);
 
   const Section tr = section(root, "trace", name, false);
-  deck.trace.file = tr.get<std::string>("file", "", "a file path");
-  deck.trace.every = tr.get<std::int64_t>("every", 10, "a positive integer");
-  positive(deck.trace.every > 0, tr, "every", deck.trace.every);
+  deck.trace.file = tr.value<std::string>("file", "");
+  deck.trace.every = tr.value<std::int64_t>("every", 10);
 
   YAML::Emitter out;
   out << root;

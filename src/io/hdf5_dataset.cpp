@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 
 #include "gpipe/core/error.hpp"
@@ -39,6 +41,64 @@ std::vector<hsize_t> open_checked(hid_t file, const std::string& path, const std
   return dims;
 }
 
+// Validates a dataset's header (dims, element size) against the bytes the file
+// actually stores for it, before anything is allocated: a damaged or hostile
+// header cannot make the reader allocate more than the file backs. Contiguous
+// and unfiltered chunked data must store every byte the dims promise;
+// compressed data must have every chunk written and at most deflate's
+// 1032:1 ratio over its stored bytes.
+void check_storage(hid_t dataset, const std::string& path, const std::string& name,
+                   const std::vector<hsize_t>& dims) {
+  const h5::Handle type = h5::datatype(H5Dget_type(dataset));
+  const std::uint64_t element = H5Tget_size(type.get());
+  constexpr std::uint64_t kLimit = std::uint64_t(1) << 62;
+  std::uint64_t promised = element;  // bytes the dims promise
+  std::string shape;
+  for (const auto d : dims) {
+    shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    if (d != 0 && promised > kLimit / d) {
+      promised = kLimit;
+    } else {
+      promised *= d;
+    }
+  }
+  std::error_code ec;
+  const auto file_bytes = std::uint64_t(std::filesystem::file_size(path, ec));
+  const std::uint64_t stored = H5Dget_storage_size(dataset);
+  const h5::Handle dcpl = h5::plist(H5Dget_create_plist(dataset));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  const int filters = layout == H5D_CHUNKED ? H5Pget_nfilters(dcpl.get()) : 0;
+  const auto fail = [&](const std::string& why) {
+    throw InputError(fmt::format("{}: dataset '{}': its header declares {} values of {} bytes "
+                                 "({} bytes), {} (the file holds {} bytes): damaged or truncated "
+                                 "file",
+                                 path, name, shape, element,
+                                 promised == kLimit ? std::string("more than 2^62")
+                                                    : std::to_string(promised),
+                                 why, file_bytes));
+  };
+  if (promised == kLimit) fail("more than any file can hold");
+  if (filters <= 0) {
+    if (stored < promised)
+      fail(fmt::format("but only {} bytes are stored (expected {})", stored, promised));
+    return;
+  }
+  // Compressed: every chunk must be written, and the ratio bounded.
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+  std::uint64_t expected_chunks = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    expected_chunks *= (dims[i] + chunk[i] - 1) / std::max<hsize_t>(chunk[i], 1);
+  hsize_t chunks = 0;
+  const h5::Handle space = h5::dataspace(H5Dget_space(dataset));
+  H5Dget_num_chunks(dataset, space.get(), &chunks);
+  if (chunks != expected_chunks)
+    fail(fmt::format("but {} of its {} chunks are stored", chunks, expected_chunks));
+  constexpr std::uint64_t kMaxRatio = 1032;  // deflate's largest compression ratio
+  if (promised / kMaxRatio > stored)
+    fail(fmt::format("more than {} times the {} compressed bytes stored", kMaxRatio, stored));
+}
+
 // Reads the leading `rows` rows of a dataset as `memory_type`.
 void read_rows(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& dims, hsize_t rows,
                void* out, const std::string& path, const std::string& name) {
@@ -68,6 +128,7 @@ void read_inputs(const h5::Handle& x, const std::vector<hsize_t>& xdims, Dataset
   d.features = std::int64_t(xdims[1]);
   d.inputs.resize(size_t(d.samples * d.features));
   read_rows(x.get(), H5T_NATIVE_FLOAT, xdims, hsize_t(d.samples), d.inputs.data(), path, inputs);
+  check_finite(d);  // also catches float64 values beyond float's range (read as inf)
 }
 
 // Opens `path` for reading, with clear errors for a missing or non-HDF5 file.
@@ -96,11 +157,14 @@ Dataset load_hdf5_regression(const std::string& path, const std::string& inputs,
   std::vector<hsize_t> xdims;
   if (with_inputs) xdims = open_inputs(file.get(), path, inputs, targets, ydims[0], x);
   if (ydims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, targets));
+  check_storage(y.get(), path, targets, ydims);
+  if (with_inputs) check_storage(x.get(), path, inputs, xdims);
   d.samples = limit > 0 ? std::min(limit, std::int64_t(ydims[0])) : std::int64_t(ydims[0]);
   d.outputs = ydims.size() == 2 ? std::int64_t(ydims[1]) : 1;
   if (d.outputs == 0) throw InputError(fmt::format("{}: dataset '{}' has 0 outputs", path, targets));
   d.targets.resize(size_t(d.samples * d.outputs));
   read_rows(y.get(), H5T_NATIVE_FLOAT, ydims, hsize_t(d.samples), d.targets.data(), path, targets);
+  check_finite(d);
   if (with_inputs) read_inputs(x, xdims, d, path, inputs);
   return d;
 }
@@ -114,6 +178,7 @@ Dataset load_hdf5_inputs(const std::string& path, const std::string& inputs) {
                                   "inputs_dataset");
   if (xdims[0] == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, inputs));
   d.samples = std::int64_t(xdims[0]);
+  check_storage(x.get(), path, inputs, xdims);
   read_inputs(x, xdims, d, path, inputs);
   return d;
 }
@@ -133,6 +198,8 @@ Dataset load_hdf5_dataset(const std::string& path, const std::string& inputs,
   std::vector<hsize_t> xdims;
   if (with_inputs) xdims = open_inputs(file.get(), path, inputs, labels, ydims[0], x);
   if (samples == 0) throw InputError(fmt::format("{}: dataset '{}' is empty", path, labels));
+  check_storage(y.get(), path, labels, ydims);
+  if (with_inputs) check_storage(x.get(), path, inputs, xdims);
   d.samples = limit > 0 ? std::min(limit, samples) : samples;
   d.labels.resize(size_t(d.samples));
   read_rows(y.get(), H5T_NATIVE_INT32, ydims, hsize_t(d.samples), d.labels.data(), path, labels);

@@ -1,8 +1,11 @@
 #include "gpipe/io/idx.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -53,7 +56,6 @@ IdxArray read_idx(const std::string& path) {
   if (rank < 1 || rank > 4)
     throw InputError(fmt::format("{}: IDX header declares {} dimensions, expected 1 to 4", path, rank));
   IdxArray array;
-  std::int64_t total = 1;
   for (int d = 0; d < rank; ++d) {
     unsigned char be[4];
     if (read_bytes(file.get(), be, 4, path) != 4)
@@ -63,13 +65,45 @@ IdxArray read_idx(const std::string& path) {
                               (std::int64_t(be[2]) << 8) | std::int64_t(be[3]);
     if (size == 0) throw InputError(fmt::format("{}: IDX dimension {} has size 0", path, d));
     array.dims.push_back(size);
-    total *= size;
   }
-  array.data.resize(size_t(total));
-  const std::int64_t got = read_bytes(file.get(), array.data.data(), total, path);
-  if (got != total)
-    throw InputError(fmt::format("{}: truncated IDX file: header promises {} values, found {}", path,
-                                 total, got));
+  // The header's sizes are checked against the file before anything is
+  // allocated: product of the dimensions (saturating, no overflow),
+  // then the bytes the file really holds (plain files: their size; gzip:
+  // the data is read in blocks, so memory follows the data, not the header).
+  const std::string shape = fmt::format("{}", fmt::join(array.dims, " x "));
+  constexpr std::int64_t kMaxValues = std::int64_t(1) << 40;  // 1 TiB of bytes
+  std::int64_t promised = 1;  // saturates above kMaxValues
+  for (const auto d : array.dims) promised = promised > kMaxValues / d ? kMaxValues + 1 : promised * d;
+  const std::string promise =
+      promised > kMaxValues ? "more than 2^40" : std::to_string(promised);
+  const std::int64_t header_bytes = 4 + 4 * std::int64_t(rank);
+  const auto truncated = [&](std::int64_t held) {
+    return InputError(fmt::format("{}: truncated IDX file: header dimensions {} promise {} values, "
+                                  "found {}",
+                                  path, shape, promise, held));
+  };
+  if (gzdirect(file.get())) {
+    std::error_code ec;
+    const auto bytes = std::int64_t(std::filesystem::file_size(path, ec));
+    const std::int64_t held = ec ? 0 : std::max<std::int64_t>(bytes - header_bytes, 0);
+    if (promised > held) throw truncated(held);
+  }
+  if (promised > kMaxValues)
+    throw InputError(fmt::format("{}: IDX header dimensions {} promise {} values (expected at most "
+                                 "2^40)",
+                                 path, shape, promise));
+  const auto total = std::int64_t(promised);
+  // Read in blocks of at most 64 MiB, growing the buffer with the data.
+  constexpr std::int64_t kBlock = std::int64_t(64) << 20;
+  std::int64_t got = 0;
+  while (got < total) {
+    const std::int64_t want = std::min(kBlock, total - got);
+    array.data.resize(size_t(got + want));
+    const std::int64_t n = read_bytes(file.get(), array.data.data() + got, want, path);
+    got += n;
+    if (n < want) break;
+  }
+  if (got != total) throw truncated(got);
   unsigned char extra;
   if (read_bytes(file.get(), &extra, 1, path) != 0)
     throw InputError(fmt::format("{}: unexpected trailing bytes after the {} values the header "

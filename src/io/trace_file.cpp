@@ -64,6 +64,12 @@ h5::Handle step_type() {
   H5Tinsert(t.get(), "idle_time", HOFFSET(StepSummary, idle_time), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "idle_fraction", HOFFSET(StepSummary, idle_fraction), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "peak_activation_bytes", HOFFSET(StepSummary, peak_activation_bytes), H5T_NATIVE_INT64);
+  H5Tinsert(t.get(), "other_time", HOFFSET(StepSummary, other_time), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "step_ns", HOFFSET(StepSummary, step_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t.get(), "compute_ns", HOFFSET(StepSummary, compute_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t.get(), "comm_ns", HOFFSET(StepSummary, comm_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t.get(), "idle_ns", HOFFSET(StepSummary, idle_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t.get(), "other_ns", HOFFSET(StepSummary, other_ns), H5T_NATIVE_INT64);
   return t;
 }
 

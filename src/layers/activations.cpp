@@ -7,9 +7,11 @@ namespace gpipe {
 struct ReluOp {
   static constexpr double kFlops = 2;
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) { return x > T(0) ? x : T(0); }
+  // NaN propagates (never mapped to 0), so a non-finite activation reaches
+  // the loss and the gradients instead of training on silently.
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return x > T(0) || x != x ? x : T(0); }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) { return x > T(0) ? T(1) : T(0); }
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) { return x > T(0) ? T(1) : x != x ? x : T(0); }
 };
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): one exp instead of a libm tanh (about 3x

@@ -10,13 +10,13 @@
 // Input [C, H, W]; output [F, OH, OW], OH = (H + 2 pad - K) / stride + 1 (floor).
 // Parameters: "weight" (F, C*K*K) row-major (PyTorch's (F, C, K, K)), He
 // uniform with fan-in C*K*K; "bias" (1, F), zero (when bias: true).
-// forward:  cols = im2col(x) (n*P, C*K*K), P = OH*OW; pix = cols W^T (n*P, F)
-//           (one KokkosBlas::gemm); y(i, f*P + p) = pix(i*P + p, f) + b(f).
-// backward: dpix from dy (the same permutation); db += column sums of dpix
-//           (fixed order); dW += dpix^T cols; dcols = dpix W; dx = col2im(dcols).
+// forward:  cols = im2col(x) (C*K*K, n*P), P = OH*OW; pix = W cols (F, n*P)
+//           (one KokkosBlas::gemm); y(i, f*P + p) = pix(f, i*P + p) + b(f).
+// backward: dpix from dy (the same reordering); db += row sums of dpix
+//           (fixed order); dW += dpix cols^T; dcols = W^T dpix; dx = col2im(dcols).
 // FLOPs: 2 n P C K^2 F each for forward, dW and dx (dx skipped for the
 // model's first layer), plus n P F for the bias forward and again backward.
-// Workspace (reserve()): cols (n*P, C*K*K) and pix (n*P, F); no saved state.
+// Workspace (reserve()): cols (C*K*K, n*P) and pix (F, n*P); no saved state.
 
 #include <KokkosBlas3_gemm.hpp>
 #include <fmt/format.h>
@@ -73,26 +73,29 @@ class Conv2d final : public Layer<T> {
 
   void reserve(std::int64_t rows) override {
     const auto P = g_.pixels();
-    if (std::int64_t(cols_.extent(0)) >= rows * P) return;
+    if (std::int64_t(cols_.extent(1)) >= rows * P) return;
     cols_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::cols"),
-                    rows * P, g_.taps());
+                    g_.taps(), rows * P);
     pix_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::pixels"),
-                   rows * P, config_.filters);
+                   config_.filters, rows * P);
   }
 
   void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
-    const Unmanaged cols(cols_.data(), n * P, g_.taps()), pix(pix_.data(), n * P, F);
+    const Unmanaged cols(cols_.data(), g_.taps(), n * P), pix(pix_.data(), F, n * P);
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    KokkosBlas::gemm("N", "T", T(1), cols, weight_, T(0), pix);
+    KokkosBlas::gemm("N", "N", T(1), weight_, cols, T(0), pix);
     const bool has_bias = config_.bias;
     auto b = bias_;
     Kokkos::parallel_for(
-        "gpipe::Conv2d::forward_output", Kokkos::RangePolicy<ExecSpace>(0, n * F * P),
-        KOKKOS_LAMBDA(const std::int64_t e) {
-          const std::int64_t i = e / (F * P), f = (e / P) % F, p = e % P;
-          y(i, f * P + p) = pix(i * P + p, f) + (has_bias ? b(f) : T(0));
+        "gpipe::Conv2d::forward_output", RowPolicy(n * F, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const RowMember& team) {
+          const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
+          const T bias = has_bias ? b(f) : T(0);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
+            y(i, f * P + p) = pix(f, i * P + p) + bias;
+          });
         });
   }
 
@@ -100,12 +103,14 @@ class Conv2d final : public Layer<T> {
                 SavedView<T>) override {
     const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
-    const Unmanaged cols(cols_.data(), n * P, g_.taps()), dpix(pix_.data(), n * P, F);
+    const Unmanaged cols(cols_.data(), g_.taps(), n * P), dpix(pix_.data(), F, n * P);
     Kokkos::parallel_for(
-        "gpipe::Conv2d::backward_output", Kokkos::RangePolicy<ExecSpace>(0, n * F * P),
-        KOKKOS_LAMBDA(const std::int64_t e) {
-          const std::int64_t i = e / (F * P), f = (e / P) % F, p = e % P;
-          dpix(i * P + p, f) = dy(i, f * P + p);
+        "gpipe::Conv2d::backward_output", RowPolicy(n * F, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const RowMember& team) {
+          const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
+            dpix(f, i * P + p) = dy(i, f * P + p);
+          });
         });
     if (config_.bias) {
       auto db = bias_grad_;
@@ -113,14 +118,14 @@ class Conv2d final : public Layer<T> {
           "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, F),
           KOKKOS_LAMBDA(const std::int64_t f) {
             T sum = T(0);
-            for (std::int64_t r = 0; r < n * P; ++r) sum += dpix(r, f);
+            for (std::int64_t r = 0; r < n * P; ++r) sum += dpix(f, r);
             db(f) += sum;
           });
     }
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    KokkosBlas::gemm("T", "N", T(1), dpix, cols, T(1), weight_grad_);
+    KokkosBlas::gemm("N", "T", T(1), dpix, cols, T(1), weight_grad_);
     if (dx.extent(0) == 0) return;
-    KokkosBlas::gemm("N", "N", T(1), dpix, weight_, T(0), cols);  // cols now holds dcols
+    KokkosBlas::gemm("T", "N", T(1), weight_, dpix, T(0), cols);  // cols now holds dcols
     detail::col2im<T>(g_, cols, dx, "gpipe::Conv2d::col2im");
   }
 

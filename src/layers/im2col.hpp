@@ -4,10 +4,13 @@
 // height = kernel_h = stride_h = 1 and pad_h = 0, conv1d (square_window).
 //
 // Input x: (n, C*H*W) row-major, each sample NCHW. The column matrix has one
-// row per (sample, output pixel) and one column per (channel, kernel tap):
-//   cols(i*P + oh*OW + ow, (c*KH + a)*KW + b) = x(i, c, oh*SH - PH + a, ow*SW - PW + b)
-// (zero outside the image), P = OH*OW. With weights W (F, C*KH*KW),
-// cols W^T is the (n*P, F) output in pixel-major order.
+// row per (channel, kernel tap) and one column per (sample, output pixel)
+// (Caffe's layout, all samples side by side):
+//   cols((c*KH + a)*KW + b, i*P + oh*OW + ow) = x(i, c, oh*SH - PH + a, ow*SW - PW + b)
+// (zero outside the image), P = OH*OW. With weights W (F, C*KH*KW), W cols
+// is the (F, n*P) output; each (f, i) block of P values is one output
+// channel of one sample, so reordering to NCHW copies contiguous blocks.
+// Inner loops run along image rows, contiguous in x and in cols.
 
 #include <cstdint>
 
@@ -48,9 +51,85 @@ inline Window2d square_window(const Shape& in, std::int64_t kernel, std::int64_t
 }
 
 
-/// cols (n*P, C*KH*KW) from x (n, C*H*W).
+/// The output rows/columns o (0 <= o < out) whose window, starting at
+/// o*stride - pad, covers input position `pos` with kernel size k:
+/// [lo, hi] (empty when lo > hi).
+KOKKOS_INLINE_FUNCTION void covering(std::int64_t pos, std::int64_t k, std::int64_t stride,
+                                     std::int64_t pad, std::int64_t out, std::int64_t& lo,
+                                     std::int64_t& hi) {
+  const std::int64_t top = pos + pad;           // o*stride <= top
+  const std::int64_t bottom = top - (k - 1);    // o*stride >= bottom
+  lo = bottom <= 0 ? 0 : (bottom + stride - 1) / stride;
+  hi = top < 0 ? -1 : top / stride;
+  if (hi > out - 1) hi = out - 1;
+}
+
+/// cols (C*KH*KW, n*P) from x (n, C*H*W). One team per (tap, sample,
+/// output row); its threads take the output row's pixels.
 template <class T, class X, class Cols>
 void im2col(const Window2d& g, const X& x, const Cols& cols, const char* label) {
+  const std::int64_t n = std::int64_t(x.extent(0));
+  const std::int64_t OH = g.out_h(), OW = g.out_w(), P = g.pixels();
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  Kokkos::parallel_for(
+      label, RowPolicy(g.taps() * n * OH, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t k = r / (n * OH), i = (r / OH) % n, oh = r % OH;
+        const std::int64_t c = k / (KH * KW), a = (k / KW) % KH, b = k % KW;
+        const std::int64_t h = oh * SH - PH + a;
+        T* dst = &cols(k, i * P + oh * OW);
+        if (h < 0 || h >= H) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OW), [&](const std::int64_t ow) { dst[ow] = T(0); });
+          return;
+        }
+        const T* src = &x(i, (c * H + h) * W);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OW), [&](const std::int64_t ow) {
+          const std::int64_t w = ow * SW - PW + b;
+          dst[ow] = (w >= 0 && w < W) ? src[w] : T(0);
+        });
+      });
+}
+
+/// dx (n, C*H*W) = the sum, over every cols entry that read input element
+/// (i, c, h, w), of dcols at that entry. A gather by input row: one team
+/// per (sample, channel, input row) adds the taps (a, b) in ascending order,
+/// so results are bitwise reproducible on every backend, with no atomics.
+template <class T, class DCols, class DX>
+void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+  const std::int64_t n = std::int64_t(dx.extent(0));
+  const std::int64_t OH = g.out_h(), OW = g.out_w(), P = g.pixels(), C = g.channels;
+  const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
+  const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  Kokkos::parallel_for(
+      label, RowPolicy(n * C * H, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t i = r / (C * H), c = (r / H) % C, h = r % H;
+        T* out = &dx(i, (c * H + h) * W);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, W), [&](const std::int64_t w) { out[w] = T(0); });
+        for (std::int64_t a = 0; a < KH; ++a) {
+          const std::int64_t th = h + PH - a;  // = oh * SH
+          if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
+          const std::int64_t oh = th / SH;
+          for (std::int64_t b = 0; b < KW; ++b) {
+            const T* src = &dcols((c * KH + a) * KW + b, i * P + oh * OW);
+            team.team_barrier();  // distinct w per ow within one (a, b); ordered across (a, b)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OW), [&](const std::int64_t ow) {
+              const std::int64_t w = ow * SW - PW + b;
+              if (w >= 0 && w < W) out[w] += src[ow];
+            });
+          }
+        }
+      });
+}
+
+// Row layout (one row per (sample, output pixel), one column per tap):
+//   cols(i*P + oh*OW + ow, (c*KH + a)*KW + b), i.e. (n*P, C*KH*KW); used
+// where each pixel's patch feeds a Dense-style projection (patch_embed).
+
+/// cols (n*P, C*KH*KW) from x (n, C*H*W).
+template <class T, class X, class Cols>
+void im2col_rows(const Window2d& g, const X& x, const Cols& cols, const char* label) {
   const std::int64_t n = std::int64_t(x.extent(0));
   const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
@@ -71,7 +150,7 @@ void im2col(const Window2d& g, const X& x, const Cols& cols, const char* label) 
 /// taps in a fixed order (a, b ascending), so results are bitwise
 /// reproducible on every backend, with no atomics.
 template <class T, class DCols, class DX>
-void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+void col2im_rows(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
   const std::int64_t n = std::int64_t(dx.extent(0));
   const std::int64_t P = g.pixels(), OH = g.out_h(), OW = g.out_w();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;

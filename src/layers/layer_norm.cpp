@@ -34,21 +34,35 @@ void LayerNorm<T>::initialize(std::uint64_t) {
 }
 
 namespace {
-// Writes mean and 1/sqrt(var + eps) of each row of x into stats(i, 0..1).
+// Writes mean and sqrt(var + eps) of each row of x into stats(i, 0..1),
+// scale-safe (DESIGN.md "Numerics"): in double, each row divided by its
+// largest |x| (s) before anything is squared, so neither the squares nor
+// eps / s^2 overflow or underflow to a wrong variance at any finite magnitude.
 template <class T, class Stats>
-void row_statistics(ConstMatrix<T> x, Stats stats, T eps) {
+void row_statistics(ConstMatrix<T> x, Stats stats, double eps) {
   const std::int64_t f = std::int64_t(x.extent(1));
   Kokkos::parallel_for(
       "gpipe::LayerNorm::row_statistics", Kokkos::RangePolicy<ExecSpace>(0, x.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        T mean = T(0);
-        for (std::int64_t j = 0; j < f; ++j) mean += x(i, j);
-        mean /= T(f);
-        T var = T(0);
-        for (std::int64_t j = 0; j < f; ++j) var += (x(i, j) - mean) * (x(i, j) - mean);
-        var /= T(f);
-        stats(i, 0) = mean;
-        stats(i, 1) = T(1) / compat::sqrt(var + eps);
+        double s = 0;
+        for (std::int64_t j = 0; j < f; ++j) {
+          const double a = double(x(i, j)) < 0 ? -double(x(i, j)) : double(x(i, j));
+          s = a > s ? a : s;
+        }
+        if (s == 0) s = 1;
+        double mu = 0;  // mean of x / s
+        for (std::int64_t j = 0; j < f; ++j) mu += double(x(i, j)) / s;
+        mu /= double(f);
+        double var = 0;  // variance of x / s
+        for (std::int64_t j = 0; j < f; ++j) {
+          const double d = double(x(i, j)) / s - mu;
+          var += d * d;
+        }
+        var /= double(f);
+        // sqrt(s^2 var + eps), arranged so neither s^2 nor eps / s^2 overflows.
+        const double sd = s >= 1 ? s * compat::sqrt(var + eps / s / s) : compat::sqrt(s * s * var + eps);
+        stats(i, 0) = T(s * mu);
+        stats(i, 1) = T(sd);
       });
 }
 }  // namespace
@@ -58,13 +72,14 @@ void LayerNorm<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y,
                            SavedView<T> saved) {
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
   const auto stats = unmanaged_matrix(saved.data(), n, 2);
-  row_statistics<T>(x, stats, T(eps_));
+  row_statistics<T>(x, stats, eps_);
   auto g = gamma_;
   auto b = beta_;
   Kokkos::parallel_for(
       "gpipe::LayerNorm::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, f}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        y(i, j) = (x(i, j) - stats(i, 0)) * stats(i, 1) * g(j) + b(j);
+        const double xhat = (double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1));
+        y(i, j) = T(xhat) * g(j) + b(j);
       });
 }
 
@@ -82,7 +97,7 @@ void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T>
       KOKKOS_LAMBDA(const std::int64_t j) {
         T sg = T(0), sb = T(0);
         for (std::int64_t i = 0; i < n; ++i) {
-          const T xhat = (x(i, j) - stats(i, 0)) * stats(i, 1);
+          const T xhat = T((double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1)));
           sg += dy(i, j) * xhat;
           sb += dy(i, j);
         }
@@ -90,22 +105,22 @@ void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T>
         db(j) += sb;
       });
   if (dx.extent(0) == 0) return;
-  // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma.
+  // dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sd, dxhat = dy * gamma, in double.
   Kokkos::parallel_for(
       "gpipe::LayerNorm::backward_input", Kokkos::RangePolicy<ExecSpace>(0, n),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        const T mean = stats(i, 0), rstd = stats(i, 1);
-        T m1 = T(0), m2 = T(0);
+        const double mean = double(stats(i, 0)), sd = double(stats(i, 1));
+        double m1 = 0, m2 = 0;
         for (std::int64_t j = 0; j < f; ++j) {
-          const T dxhat = dy(i, j) * g(j);
+          const double dxhat = double(dy(i, j)) * double(g(j));
           m1 += dxhat;
-          m2 += dxhat * (x(i, j) - mean) * rstd;
+          m2 += dxhat * (double(x(i, j)) - mean) / sd;
         }
-        m1 /= T(f);
-        m2 /= T(f);
+        m1 /= double(f);
+        m2 /= double(f);
         for (std::int64_t j = 0; j < f; ++j) {
-          const T xhat = (x(i, j) - mean) * rstd;
-          dx(i, j) = rstd * (dy(i, j) * g(j) - m1 - xhat * m2);
+          const double xhat = (double(x(i, j)) - mean) / sd;
+          dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) / sd);
         }
       });
 }

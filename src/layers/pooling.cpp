@@ -5,11 +5,14 @@
 //   {type: maxpool1d | avgpool1d, size: S, stride: S}   input [C, L], output [C, OL]
 //                                           (the 2-D layer with H = 1 and a 1 x S window)
 //   {type: global_avgpool}                  output [C]: the mean over H x W
-// maxpool2d saves, per output element, the position of its maximum in the
-// window (a*S + b, the first maximum in row-major order) for backward:
-// C*OH*OW values per sample. Backward gathers: each input element sums the
-// gradients of the windows that chose it (or, for averages, that cover it)
-// in a fixed order, so results are bitwise reproducible with no atomics.
+// maxpool2d saves, per output element, the feature index (c*H + h)*W + w of
+// its maximum (the first in row-major window order) for backward: C*OH*OW
+// values per sample (exact in float: the deck rejects images of 2^24 or
+// more features). Its backward scatters each output gradient to that input;
+// with overlapping windows (stride < size) one team per (sample, channel)
+// adds its outputs in order. avgpool2d's backward gathers, per input, the
+// windows that cover it in a fixed order. So results are bitwise
+// reproducible on every backend, with no atomics.
 // FLOPs: S^2 per output element forward and again backward (C*H*W for
 // global_avgpool); backward is skipped for the model's first layer.
 
@@ -49,13 +52,13 @@ class Pool2d final : public Layer<T> {
           const std::int64_t base = (c * H + oh * SH) * W + ow * SW;
           if (Max) {
             T best = x(i, base);
-            std::int64_t arg = 0;
+            std::int64_t arg = base;
             for (std::int64_t a = 0; a < KH; ++a)
               for (std::int64_t b = 0; b < KW; ++b) {
                 const T v = x(i, base + a * W + b);
                 if (v > best) {
                   best = v;
-                  arg = a * KW + b;
+                  arg = base + a * W + b;
                 }
               }
             y(i, o) = best;
@@ -75,8 +78,31 @@ class Pool2d final : public Layer<T> {
     const std::int64_t n = std::int64_t(dx.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
     const std::int64_t OH = g_.out_h(), OW = g_.out_w(), KH = g_.kernel_h, KW = g_.kernel_w;
     const std::int64_t SH = g_.stride_h, SW = g_.stride_w;
+    if (Max) {
+      const std::int64_t per = OH * OW;
+      const bool disjoint = SH >= KH && SW >= KW;  // each input is the maximum of at most one window
+      Kokkos::parallel_for(
+          "gpipe::MaxPool2d::backward", RowPolicy(n * C, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+            const std::int64_t i = team.league_rank() / C, c = team.league_rank() % C;
+            T* out = &dx(i, c * H * W);
+            const T* grad = &dy(i, c * per);
+            const T* arg = &saved(i * C * per + c * per);
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H * W), [&](const std::int64_t e) { out[e] = T(0); });
+            team.team_barrier();
+            if (disjoint) {
+              Kokkos::parallel_for(Kokkos::TeamThreadRange(team, per), [&](const std::int64_t o) {
+                out[std::int64_t(arg[o]) - c * H * W] += grad[o];
+              });
+            } else {
+              Kokkos::single(Kokkos::PerTeam(team), [&]() {
+                for (std::int64_t o = 0; o < per; ++o) out[std::int64_t(arg[o]) - c * H * W] += grad[o];
+              });
+            }
+          });
+      return;
+    }
     Kokkos::parallel_for(
-        Max ? "gpipe::MaxPool2d::backward" : "gpipe::AvgPool2d::backward",
+        "gpipe::AvgPool2d::backward",
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * H * W}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
           const std::int64_t c = e / (H * W), h = (e / W) % H, w = e % W;
@@ -87,12 +113,10 @@ class Pool2d final : public Layer<T> {
             for (std::int64_t b = 0; b < KW; ++b) {
               const std::int64_t tw = w - b;
               if (tw < 0 || tw % SW != 0 || tw / SW >= OW) continue;
-              const std::int64_t o = (c * OH + th / SH) * OW + tw / SW;
-              if (!Max) sum += dy(i, o);
-              else if (std::int64_t(saved(i * C * OH * OW + o)) == a * KW + b) sum += dy(i, o);
+              sum += dy(i, (c * OH + th / SH) * OW + tw / SW);
             }
           }
-          dx(i, e) = Max ? sum : sum / T(KH * KW);
+          dx(i, e) = sum / T(KH * KW);
         });
   }
 
@@ -155,6 +179,8 @@ LayerEntry pool_entry(const char* name, bool max) {
     const auto& c = static_cast<const PoolConfig&>(base);
     if (Rank == 3) image_input(in);
     if (Rank == 2 && in.rank() != 2) throw ShapeMismatch("(channels, length)");
+    if (in.size() >= (std::int64_t(1) << 24))
+      throw ShapeMismatch("fewer than 2^24 features per sample (maximum positions are stored exactly in float)");
     const auto g = window(c, in);
     if (g.height < g.kernel_h || g.width < c.size)
       throw ShapeMismatch(fmt::format("{} of at least {} for size {}",

@@ -142,8 +142,15 @@ LayerSpec parse_layer_node(const YAML::Node& node, const std::string& file, cons
   if (!entry)
     throw InputError(fmt::format("{}: unknown layer type '{}' (expected one of: {})", spec.where,
                                  spec.type, fmt::join(layer_types(), ", ")));
+  std::map<std::string, YAML::Node> seen;  // a key may appear once (deck domains)
   for (const auto& kv : node) {
     const auto key = kv.first.as<std::string>();
+    const auto first = seen.find(key);
+    if (first != seen.end())
+      throw InputError(fmt::format("{}: {}.{}: duplicate key (first given at {}; a key may appear "
+                                   "once)",
+                                   position(file, kv.first), path, key, position(file, first->second)));
+    seen.emplace(key, kv.first);
     if (key != "type" && std::find(entry->keys.begin(), entry->keys.end(), key) == entry->keys.end()) {
       std::vector<std::string> allowed{"type"};
       allowed.insert(allowed.end(), entry->keys.begin(), entry->keys.end());

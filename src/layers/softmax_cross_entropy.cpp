@@ -32,14 +32,20 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
             zmax = logits(i, j);
             argmax = j;
           }
+        // Everything relative to the row maximum (DESIGN.md "Numerics"):
+        // loss = log(sum_j exp(z_j - max)) - (z_label - max), softmax_j =
+        // exp(z_j - max) / sum. Each z_j - max <= 0, so exp never overflows and
+        // the largest term is exactly 1 (sum in [1, classes]); never form
+        // max + log(sum), which rounds away log(sum) once |max| >> 1. The loss
+        // term is formed in double, where z_label - max of two finite floats
+        // cannot overflow.
         T sum = T(0);
         for (std::int64_t j = 0; j < c; ++j) sum += compat::exp(logits(i, j) - zmax);
-        const T lse = zmax + compat::log(sum);
-        row_loss(i) = double(lse - logits(i, label));
+        row_loss(i) = double(compat::log(sum)) - (double(logits(i, label)) - double(zmax));
         row_hit(i) = argmax == label ? 1 : 0;
         if (with_gradient) {
           for (std::int64_t j = 0; j < c; ++j) {
-            const T p = compat::exp(logits(i, j) - lse);
+            const T p = compat::exp(logits(i, j) - zmax) / sum;
             dlogits(i, j) = scale * (p - (j == label ? T(1) : T(0)));
           }
         }

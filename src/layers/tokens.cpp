@@ -79,7 +79,7 @@ class PatchEmbed final : public Layer<T> {
     }
     // dcols overwrites cols once dW has used them: Dense computes dW first.
     proj_.backward(ctx, cols, dtok, cols, saved);
-    detail::col2im<T>(g_, cols, dx, "gpipe::PatchEmbed::col2im");
+    detail::col2im_rows<T>(g_, cols, dx, "gpipe::PatchEmbed::col2im");
   }
 
  private:
@@ -87,7 +87,7 @@ class PatchEmbed final : public Layer<T> {
     const std::int64_t n = std::int64_t(x.extent(0));
     reserve(n);
     const auto cols = detail::as_matrix(cols_.data(), n * g_.pixels(), g_.taps());
-    detail::im2col<T>(g_, x, cols, "gpipe::PatchEmbed::im2col");
+    detail::im2col_rows<T>(g_, x, cols, "gpipe::PatchEmbed::im2col");
     return cols;
   }
 

@@ -18,7 +18,9 @@ double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch
   auto layer = make_layer<T>(model, index);
   Vector<T> p("gpipe::profile::parameters", layer->parameter_count());
   Vector<T> g("gpipe::profile::gradients", layer->parameter_count());
+  Vector<T> state("gpipe::profile::state", layer->state_count());
   layer->bind(p.data(), g.data());
+  layer->bind_state(state.data());
   layer->initialize(0);
   Matrix<T> x("gpipe::profile::x", batch, layer->in_features());
   Matrix<T> y("gpipe::profile::y", batch, layer->out_features());

@@ -29,6 +29,12 @@ std::int64_t LayerShape::parameter_count() const {
   return total;
 }
 
+std::int64_t LayerShape::state_count() const {
+  std::int64_t total = 0;
+  for (const auto& p : state) total += p.size();
+  return total;
+}
+
 double LayerShape::flops(std::int64_t batch, bool input_gradient) const {
   return entry->flops(*spec.config, input, output, batch, input_gradient);
 }
@@ -51,6 +57,7 @@ LayerShape layer_shape(const LayerSpec& spec, const Shape& input, std::int64_t i
   }
   if (s.entry->parameters) s.parameters = s.entry->parameters(*s.spec.config, input);
   if (s.entry->saved) s.saved = s.entry->saved(*s.spec.config, input);
+  if (s.entry->state) s.state = s.entry->state(*s.spec.config, input);
   return s;
 }
 

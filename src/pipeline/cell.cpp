@@ -22,18 +22,22 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 
   // Layers and their parameters, as views into one flat buffer per cell.
   const auto shapes = model_shapes(model);
-  std::int64_t total = 0;
+  std::int64_t total = 0, total_state = 0;
   for (int i = 0; i < count; ++i) {
     layers_.push_back(make_layer<T>(shapes.at(size_t(first_layer_ + i))));
     total += layers_.back()->parameter_count();
+    total_state += layers_.back()->state_count();
   }
   params_ = Vector<T>("gpipe::Cell::parameters", total);
   grads_ = Vector<T>("gpipe::Cell::gradients", total);
-  std::int64_t offset = 0;
+  state_ = Vector<T>("gpipe::Cell::state", total_state);
+  std::int64_t offset = 0, state_offset = 0;
   for (auto& layer : layers_) {
     layer->bind(params_.data() + offset, grads_.data() + offset);
+    layer->bind_state(state_.data() + state_offset);
     layer->initialize(options.seed);
     offset += layer->parameter_count();
+    state_offset += layer->state_count();
   }
 
   // Activation and boundary buffers, each sized for the largest micro-batch.
@@ -276,6 +280,23 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
         posts[size_t(plan.micro_batch.free_after[size_t(m)] + 1)].push_back(m);
   }
   const auto& posts = &plan == &train_plan_ ? posts_ : local;
+  try {
+    return run_posted(ops, posts, training);
+  } catch (...) {
+    abandon();  // nothing posted may complete into these buffers later
+    throw;
+  }
+}
+
+template <class T>
+void Cell<T>::abandon() noexcept {
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})
+    for (auto& b : *buffers) b.cancel();
+}
+
+template <class T>
+LossSums Cell<T>::run_posted(const std::vector<Op>& ops, const std::vector<std::vector<int>>& posts,
+                             bool training) {
   LossSums sums;
   for (int m : posts[0]) post_receives(m, training);
   for (size_t i = 0; i < ops.size(); ++i) {

@@ -1,12 +1,25 @@
 #include "gpipe/pipeline/trace.hpp"
 
-#include <mpi.h>
+#include <chrono>
 
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
 
-double Tracer::now() const { return MPI_Wtime() - origin_; }
+std::int64_t Tracer::steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double Tracer::now() const { return seconds(clock_()); }
+
+std::int64_t Tracer::read() {
+  const std::int64_t t = clock_();
+  spent_[open_.empty() ? kOther : int(open_.back())] += t - last_read_;
+  last_read_ = t;
+  return t;
+}
 
 bool Tracer::wants(std::int64_t step, std::int64_t every) const {
   if (every > 0 && step % every == 0) return true;
@@ -18,28 +31,34 @@ void Tracer::begin_step(std::int64_t step, bool record) {
   step_ = step;
   if (!record) return;
   compat::fence("gpipe::Tracer::begin_step");
-  step_start_ = now();
+  open_.clear();
+  step_start_ = last_read_ = clock_();
+  for (auto& s : spent_) s = 0;
   first_event_ = events_.size();
 }
 
 void Tracer::end_step(std::int64_t peak_activation_bytes) {
   if (!recording_) return;
   compat::fence("gpipe::Tracer::end_step");
-  StepSummary s{step_, step_start_, now(), 0, 0, 0, 0, 0, peak_activation_bytes};
-  s.step_time = s.end - s.start;
-  for (std::size_t i = first_event_; i < events_.size(); ++i) {
-    const auto& e = events_[i];
-    const double d = e.end - e.start;
-    switch (EventKind(e.kind)) {
-      case EventKind::Send:
-      case EventKind::Receive:
-      case EventKind::ReduceWait: s.comm_time += d; break;
-      case EventKind::AllReduce: break;  // overlaps the events above
-      case EventKind::Wait: s.idle_time += d; break;
-      default: s.compute_time += d; break;
-    }
-  }
-  s.idle_fraction = s.step_time > 0 ? s.idle_time / s.step_time : 0;
+  const std::int64_t end = read();
+  StepSummary s{};
+  s.step = step_;
+  s.start = seconds(step_start_);
+  s.end = seconds(end);
+  s.peak_activation_bytes = peak_activation_bytes;
+  using K = EventKind;
+  const auto ns = [&](K k) { return spent_[int(k)]; };
+  s.step_ns = end - step_start_;
+  s.compute_ns = ns(K::Forward) + ns(K::Backward) + ns(K::Recompute) + ns(K::Optimizer);
+  s.comm_ns = ns(K::Send) + ns(K::Receive) + ns(K::ReduceWait);
+  s.idle_ns = ns(K::Wait);
+  s.other_ns = spent_[kOther];
+  s.step_time = double(s.step_ns) * 1e-9;
+  s.compute_time = double(s.compute_ns) * 1e-9;
+  s.comm_time = double(s.comm_ns) * 1e-9;
+  s.idle_time = double(s.idle_ns) * 1e-9;
+  s.other_time = double(s.other_ns) * 1e-9;
+  s.idle_fraction = s.step_ns > 0 ? double(s.idle_ns) / double(s.step_ns) : 0;
   steps_.push_back(s);
   recording_ = false;
 }
@@ -59,13 +78,17 @@ Tracer::Scope::Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64
     : tracer_(tracer && tracer->recording() ? tracer : nullptr) {
   Kokkos::Profiling::pushRegion(region_name(kind));
   if (!tracer_) return;
-  event_ = {tracer_->step_, std::int8_t(kind), micro_batch, tracer_->now(), 0, bytes};
+  const std::int64_t start = tracer_->read();
+  tracer_->open_.push_back(kind);
+  event_ = {tracer_->step_, std::int8_t(kind), micro_batch, tracer_->seconds(start), 0, bytes};
 }
 
 Tracer::Scope::~Scope() {
   if (tracer_) {
     compat::fence("gpipe::Tracer::Scope");
-    event_.end = tracer_->now();
+    const std::int64_t end = tracer_->read();
+    tracer_->open_.pop_back();
+    event_.end = tracer_->seconds(end);
     tracer_->events_.push_back(event_);
   }
   Kokkos::Profiling::popRegion();

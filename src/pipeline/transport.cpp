@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+#include <vector>
+
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
@@ -43,6 +46,71 @@ template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(const std::string& label, std::int64_t capacity_rows,
                                   std::int64_t cols)
     : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols) {
+  if (staged()) host_ = Kokkos::create_mirror_view(device_);
+}
+
+template <class T>
+BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
+    : device_(std::move(other.device_)),
+      host_(std::move(other.host_)),
+      request_(other.request_),
+      receiving_(other.receiving_),
+      peer_(other.peer_),
+      rank_(other.rank_),
+      expected_rows_(other.expected_rows_),
+      what_(other.what_),
+      micro_batch_(other.micro_batch_) {
+  other.request_ = MPI_REQUEST_NULL;
+}
+
+template <class T>
+BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept {
+  if (this == &other) return *this;
+  cancel();
+  device_ = std::move(other.device_);
+  host_ = std::move(other.host_);
+  request_ = other.request_;
+  other.request_ = MPI_REQUEST_NULL;
+  receiving_ = other.receiving_;
+  peer_ = other.peer_;
+  rank_ = other.rank_;
+  expected_rows_ = other.expected_rows_;
+  what_ = other.what_;
+  micro_batch_ = other.micro_batch_;
+  return *this;
+}
+
+template <class T>
+void BoundaryBuffer<T>::cancel() noexcept {
+  if (request_ == MPI_REQUEST_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  MPI_Cancel(&request_);
+  int settled = 0;  // the operation is over: cancelled, or completed
+  if (receiving_) {
+    MPI_Status status;
+    MPI_Wait(&request_, &status);
+    int cancelled = 0;
+    MPI_Test_cancelled(&status, &cancelled);
+    // Open MPI 4.1 (measured at 3 ranks) can complete a cancelled receive
+    // without cancelling it, leaving it posted: only a confirmed cancel frees
+    // the buffer for reuse.
+    settled = cancelled;
+  } else {
+    // A send that already matched cannot be cancelled and completes only when
+    // its receiver takes it, which may never happen.
+    MPI_Test(&request_, &settled, MPI_STATUS_IGNORE);
+    if (!settled) MPI_Request_free(&request_);
+  }
+  request_ = MPI_REQUEST_NULL;
+  if (settled) return;
+  // MPI may still use the buffers: hand them over for good (never destroyed,
+  // not even after Kokkos::finalize) and continue with fresh ones.
+  static auto* orphans = new std::vector<std::pair<Matrix<T>, typename Matrix<T>::host_mirror_type>>();
+  orphans->emplace_back(device_, host_);
+  device_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, device_.label()), device_.extent(0),
+                      device_.extent(1));
   if (staged()) host_ = Kokkos::create_mirror_view(device_);
 }
 

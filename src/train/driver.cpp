@@ -4,12 +4,29 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/train/restart.hpp"
 
 namespace gpipe {
+
+namespace {
+// A figure, or "not finite" (never a number computed from NaN or infinity).
+std::string figure(double value, bool valid = true) {
+  return valid && std::isfinite(value) ? fmt::format("{:.4f}", value) : std::string("not finite");
+}
+
+// The test metrics of an epoch line: accuracy, or RMSE, MAE and R^2.
+std::string test_metrics(const Evaluation& e, bool regression) {
+  if (!regression) return "test accuracy " + figure(e.accuracy, e.finite());
+  const auto& m = e.regression;
+  return fmt::format("test rmse {}, mae {}, r2 {}", figure(m.rmse_all, e.finite()),
+                     figure(m.mae_all, e.finite()), figure(m.r2_all, e.finite()));
+}
+}  // namespace
 
 template <class T>
 Driver<T>::Driver(Pipeline<T>& pipeline, std::ostream* log)
@@ -22,27 +39,38 @@ std::string Driver<T>::checkpoint_directory() const {
 }
 
 template <class T>
+void Driver<T>::share_loss() {
+  DataPosition p = pipeline_.position();
+  p.epoch_loss_sum = pipeline_.from_last(p.epoch_loss_sum);
+  p.loss_samples = std::int64_t(pipeline_.from_last(double(p.loss_samples)));
+  pipeline_.set_position(p);
+}
+
+template <class T>
 void Driver<T>::checkpoint(bool always) {
   const auto& c = pipeline_.deck().checkpoint;
   const std::int64_t step = pipeline_.steps_done();
   if ((c.directory.empty() && !always) || saved_at_ == step) return;
+  share_loss();
   const std::string directory = checkpoint_directory();
-  pipeline_.save_checkpoint(checkpoint_path(directory, step));
-  if (pipeline_.rank() == 0) prune_checkpoints(directory, c.keep);
+  const std::string path = checkpoint_path(directory, step, pipeline_.run_id());
+  pipeline_.save_checkpoint(path);
+  if (pipeline_.rank() == 0) prune_checkpoints(directory, pipeline_.run_id(), c.keep);
   saved_at_ = step;
-  if (log_) *log_ << fmt::format("  checkpoint {}\n", checkpoint_path(directory, step));
+  if (log_) *log_ << fmt::format("  checkpoint {}\n", path);
 }
 
 template <class T>
-void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, const LossSums& sums,
-                             std::int64_t seen, double start) {
+void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start) {
   const auto& t = pipeline_.deck().training;
-  const double running = pipeline_.from_last(sums.loss);
+  const DataPosition& p = pipeline_.position();
+  const double sum = pipeline_.from_last(p.epoch_loss_sum);
+  const double count = pipeline_.from_last(double(p.loss_samples));
   std::string metric;
   if (pipeline_.deck().model.loss.regression()) {  // collective: before the rank-0 return
-    const auto m = regression_metrics(pipeline_.from_last(sums.moments), seen,
+    const auto m = regression_metrics(pipeline_.from_last(metric_sums_.moments), metric_samples_,
                                       pipeline_.normalization().target_std);
-    metric = fmt::format("  rmse {:.4g}", m.rmse_all);
+    metric = "  rmse " + figure(m.rmse_all);
   }
   if (!log_) return;
   const std::int64_t done = pipeline_.steps_done();
@@ -53,27 +81,37 @@ void Driver<T>::log_progress(std::int64_t epoch, std::int64_t step, const LossSu
   localtime_r(&wall, &tm);
   // The rate of the step just taken (next_learning_rate() is that of step `done`).
   const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
-  *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {:.4f}{}  lr {:.3g}  "
+  *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {}{}  lr {:.3g}  "
                        "{:.0f} samples/s  ETA {}:{:02d}:{:02d}\n",
-                       tm.tm_hour, tm.tm_min, tm.tm_sec, epoch + 1, t.epochs, step + 1, per_epoch_,
-                       running / double(seen), metric, lr, double(seen) / (MPI_Wtime() - start),
-                       eta / 3600, eta / 60 % 60, eta % 60)
+                       tm.tm_hour, tm.tm_min, tm.tm_sec, p.epoch + 1, t.epochs, step, per_epoch_,
+                       figure(count > 0 ? sum / count : 0.0), metric, lr,
+                       double(seen) / (MPI_Wtime() - start), eta / 3600, eta / 60 % 60, eta % 60)
         << std::flush;
 }
 
 template <class T>
-std::pair<LossSums, std::int64_t> Driver<T>::train_epoch(const Dataset& train, std::int64_t epoch,
-                                                         double start) {
+std::int64_t Driver<T>::train_epoch(const Dataset& train, double start) {
   const auto& deck = pipeline_.deck();
   const auto& t = deck.training;
   const auto& c = deck.checkpoint;
-  const auto order = epoch_order(train.samples, deck.seed, epoch, t.shuffle);
-  LossSums sums;
+  const auto order = epoch_order(train.samples, deck.seed, pipeline_.position().epoch, t.shuffle);
   std::int64_t seen = 0;
-  for (std::int64_t s = pipeline_.steps_done() - epoch * per_epoch_; s < per_epoch_; ++s) {
-    const auto begin = s * t.batch_size;
+  for (;;) {
+    DataPosition p = pipeline_.position();
+    const auto begin = p.epoch_samples;
     const auto n = std::min(t.batch_size, train.samples - begin);
-    sums += pipeline_.step(train, order, begin, n);
+    if (n <= 0 || n < pipeline_.min_step_samples()) break;
+    const LossSums sums = pipeline_.step(train, order, begin, n);
+    p.epoch_samples += n;
+    if (pipeline_.last_step_applied()) {  // a skipped step's loss is not the epoch's
+      p.epoch_loss_sum += sums.loss;
+      p.loss_samples += n;
+      if (deck.model.loss.regression()) {
+        metric_sums_ += sums;
+        metric_samples_ += n;
+      }
+    }
+    pipeline_.set_position(p);
     seen += n;
     if (c.every_steps > 0 && pipeline_.steps_done() % c.every_steps == 0) checkpoint();
     if (stop_ && stop_()) {
@@ -81,20 +119,29 @@ std::pair<LossSums, std::int64_t> Driver<T>::train_epoch(const Dataset& train, s
       checkpoint(true);
       break;
     }
-    if (t.progress_every > 0 && (s + 1) % t.progress_every == 0 && s + 1 < per_epoch_)
-      log_progress(epoch, s, sums, seen, start);
+    const std::int64_t s = (p.epoch_samples + t.batch_size - 1) / t.batch_size;  // steps into the epoch
+    if (t.progress_every > 0 && s % t.progress_every == 0 && s < per_epoch_) log_progress(s, seen, start);
   }
-  return {sums, seen};
+  return seen;
 }
 
-namespace {
-// The test metrics of an epoch line: accuracy, or RMSE, MAE and R^2.
-std::string test_metrics(const Evaluation& e, bool regression) {
-  if (!regression) return fmt::format("test accuracy {:.4f}", e.accuracy);
-  const auto& m = e.regression;
-  return fmt::format("test rmse {:.4g}, mae {:.4g}, r2 {:.4f}", m.rmse_all, m.mae_all, m.r2_all);
+template <class T>
+void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
+  if (!log_) return;
+  std::string notes;
+  if (!r.train_loss_whole_epoch)
+    notes += fmt::format(" (train loss over {} of the epoch's {} samples)", r.train_samples,
+                         epoch_samples);
+  if (r.skipped_steps > 0)
+    notes += fmt::format(" ({} steps skipped: non-finite values)", r.skipped_steps);
+  *log_ << fmt::format("epoch {}/{}: train loss {}, test loss {}, {}, {:.0f} "
+                       "samples/s, {:.1f} s{}\n",
+                       r.epoch, pipeline_.deck().training.epochs,
+                       figure(r.train_loss, r.train_loss_finite), figure(r.test.loss, r.test.finite()),
+                       test_metrics(r.test, pipeline_.deck().model.loss.regression()),
+                       r.samples_per_second, r.seconds, notes)
+        << std::flush;
 }
-}  // namespace
 
 template <class T>
 std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& test) {
@@ -105,35 +152,49 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
                                       "(training.micro_batches = {})",
                                       train.labels_name, train.samples, t.micro_batches));
   pipeline_.set_steps_per_epoch(per_epoch_);
-  pipeline_.set_total_steps(per_epoch_ * t.epochs);
+  pipeline_.set_train_samples(train.samples);
+  // The steps still to run from the position (a restart may resume by samples
+  // seen with another batch size), so the schedule ends exactly at the last step.
+  const DataPosition& at = pipeline_.position();
+  std::int64_t total = pipeline_.steps_done();
+  if (at.epoch < t.epochs)
+    total += steps_in_epoch(train.samples, at.epoch_samples, t.batch_size, pipeline_.min_step_samples()) +
+             per_epoch_ * (t.epochs - at.epoch - 1);
+  pipeline_.set_total_steps(total);
   std::vector<EpochReport> reports;
   stopped_ = false;
   first_step_ = pipeline_.steps_done();
   fit_start_ = MPI_Wtime();
-  for (std::int64_t epoch = pipeline_.steps_done() / per_epoch_; epoch < t.epochs; ++epoch) {
+  metric_sums_ = LossSums{};
+  metric_samples_ = 0;
+  while (pipeline_.position().epoch < t.epochs) {
+    const std::int64_t epoch = pipeline_.position().epoch;
+    const std::int64_t skipped_before = pipeline_.skipped_steps();
     const double start = MPI_Wtime();
-    auto [sums, seen] = train_epoch(train, epoch, start);
+    const std::int64_t seen = train_epoch(train, start);
     if (stopped_) break;  // the same decision on every rank: no report of a partial epoch
     compat::fence("gpipe::Driver::epoch");
     MPI_Barrier(pipeline_.comm());
+    share_loss();
+    const DataPosition& p = pipeline_.position();
     EpochReport r;
     r.epoch = epoch + 1;
     r.seconds = MPI_Wtime() - start;
-    r.samples_per_second = double(seen) / r.seconds;
-    const double loss_sum = pipeline_.from_last(sums.loss);
-    r.train_loss = seen > 0 ? loss_sum / double(seen) : 0.0;
-    const bool regression = pipeline_.deck().model.loss.regression();
-    if (regression)
-      r.train_metrics = regression_metrics(pipeline_.from_last(sums.moments), seen,
+    r.samples_per_second = r.seconds > 0 ? double(seen) / r.seconds : 0.0;
+    r.train_samples = p.loss_samples;
+    r.train_loss = r.train_samples > 0 ? p.epoch_loss_sum / double(r.train_samples) : 0.0;
+    r.train_loss_finite = std::isfinite(r.train_loss);
+    r.train_loss_whole_epoch = r.train_samples == p.epoch_samples;
+    r.skipped_steps = pipeline_.skipped_steps() - skipped_before;
+    if (pipeline_.deck().model.loss.regression())
+      r.train_metrics = regression_metrics(pipeline_.from_last(metric_sums_.moments), metric_samples_,
                                            pipeline_.normalization().target_std);
+    metric_sums_ = LossSums{};
+    metric_samples_ = 0;
     r.test = pipeline_.evaluate(test);
-    if (log_)
-      *log_ << fmt::format("epoch {}/{}: train loss {:.4f}, test loss {:.4f}, {}, {:.0f} "
-                           "samples/s, {:.1f} s\n",
-                           r.epoch, t.epochs, r.train_loss, r.test.loss,
-                           test_metrics(r.test, regression), r.samples_per_second, r.seconds)
-            << std::flush;
+    log_epoch(r, p.epoch_samples);
     reports.push_back(r);
+    pipeline_.set_position(DataPosition{epoch + 1, 0, 0.0, 0});
     if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) checkpoint();
   }
   return reports;

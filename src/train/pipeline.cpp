@@ -3,7 +3,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <climits>
+#include <cmath>
+
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/finite.hpp"
 #include "gpipe/model/cost.hpp"
 
 namespace gpipe {
@@ -40,8 +45,9 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.seed = deck.seed;
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  run_id_ = new_run_id(comm_.get());
   MPI_Barrier(comm_.get());
-  tracer_ = Tracer(MPI_Wtime());
+  tracer_ = Tracer(Tracer::steady_ns());
   cell_->set_tracer(&tracer_);
   if (D > 1) {
     reducer_ = std::make_unique<GradientReducer<T>>(
@@ -96,11 +102,11 @@ std::vector<double> Pipeline<T>::from_last(std::vector<double> values) const {
   return values;
 }
 
+bool Evaluation::finite() const { return std::isfinite(loss); }
+
 template <class T>
 std::int64_t Pipeline<T>::steps_per_epoch(std::int64_t samples) const {
-  const auto N = deck_.training.batch_size;
-  const auto full = samples / N, rest = samples % N;
-  return full + (rest >= std::int64_t(shape_.replicas) * deck_.training.micro_batches ? 1 : 0);
+  return steps_in_epoch(samples, 0, deck_.training.batch_size, min_step_samples());
 }
 
 template <class T>
@@ -133,10 +139,8 @@ LossSums Pipeline<T>::sum_over_replicas(LossSums sums) const {
 
 template <class T>
 void Pipeline<T>::agree(const std::string& error, const std::string& what) const {
-  int local = error.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, comm_.get());
-  if (!any) return;
-  throw InputError(!error.empty() ? error : fmt::format("{}: failed on another rank", what));
+  (void)what;  // every rank reports the first failing rank's own message
+  throw_agreed(gpipe::agree(error.empty() ? 0 : 1, error, comm_.get()));
 }
 
 template <class T>
@@ -177,39 +181,105 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
 }
 
 template <class T>
+void Pipeline<T>::check_usable() const {
+  if (!poisoned_.empty())
+    throw StateError("the pipeline is unusable: an earlier call failed after communication had "
+                     "started (" + poisoned_ + "); destroy it and create a new one");
+}
+
+template <class T>
+void Pipeline<T>::agree_on_batch(const std::string& error, std::int64_t n, const char* what) const {
+  std::int64_t v[3] = {error.empty() ? 0 : 1, n, -n};
+  MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MAX, comm_.get());
+  if (v[0] != 0)
+    throw InputError(!error.empty() ? error
+                                    : fmt::format("{}: another rank rejected its arguments (its "
+                                                  "error names the problem)",
+                                                  what));
+  if (v[1] != -v[2])
+    throw InputError(fmt::format("{}: the ranks passed different sample counts (n = {} on rank "
+                                 "{}; {} to {} across ranks): every rank must pass the same batch",
+                                 what, n, comm_.rank(), -v[2], v[1]));
+}
+
+template <class T>
+template <class Stage, class Run>
+auto Pipeline<T>::agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run) {
+  check_usable();
+  std::string error;
+  MicroBatch shard;
+  try {
+    shard = stage();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_batch(error, n, what);
+  try {
+    return run(shard);
+  } catch (const std::exception& e) {
+    poisoned_ = e.what();
+    throw;
+  }
+}
+
+template <class T>
+void Pipeline<T>::check_train_batch(std::int64_t n) const {
+  const int D = shape_.replicas, M = deck_.training.micro_batches;
+  if (D == 1)
+    require(n >= M, fmt::format("a training batch of {} samples cannot be split into {} "
+                                "micro-batches", n, M));
+  else
+    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard "
+                                    "needs at least training.micro_batches = {} samples (n >= {})",
+                                    n, D, M, std::int64_t(D) * M));
+  next_learning_rate();  // throws for a cosine schedule without a total
+}
+
+template <class T>
 LossSums Pipeline<T>::step(const Dataset& data, const std::vector<std::int64_t>& order,
                            std::int64_t begin, std::int64_t n) {
-  const MicroBatch shard = stage_batch(data.inputs.data(), data.features, data.labels.data(),
-                                       data.targets.data(), order.data() + begin, n);
-  return step_staged(n, shard);
+  return agreed(
+      n, "step",
+      [&] {
+        check_train_batch(n);
+        return stage_batch(data.inputs.data(), data.features, data.labels.data(), data.targets.data(),
+                           order.data() + begin, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const std::int32_t* labels, std::int64_t n) {
-  if (regression_)
-    throw InputError(fmt::format("model.loss is {}: a training step needs float targets (n, {}), "
-                                 "not class labels",
-                                 deck_.model.loss.type, outputs_));
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, labels, nullptr, nullptr, n);
-  return step_staged(n, shard);
+  return agreed(
+      n, "step",
+      [&] {
+        if (regression_)
+          throw InputError(fmt::format("model.loss is {}: a training step needs float targets (n, {}), "
+                                       "not class labels",
+                                       deck_.model.loss.type, outputs_));
+        check_train_batch(n);
+        return stage_batch(inputs, deck_.model.input_features, labels, nullptr, nullptr, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step(const float* inputs, const float* targets, std::int64_t n) {
-  if (!regression_)
-    throw InputError("model.loss is softmax_cross_entropy: a training step needs integer class "
-                     "labels, not float targets");
-  const MicroBatch shard = stage_batch(inputs, deck_.model.input_features, nullptr, targets, nullptr, n);
-  return step_staged(n, shard);
+  return agreed(
+      n, "step",
+      [&] {
+        if (!regression_)
+          throw InputError("model.loss is softmax_cross_entropy: a training step needs integer class "
+                           "labels, not float targets");
+        check_train_batch(n);
+        return stage_batch(inputs, deck_.model.input_features, nullptr, targets, nullptr, n);
+      },
+      [&](const MicroBatch& shard) { return step_staged(n, shard); });
 }
 
 template <class T>
 LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
-  const int D = shape_.replicas, M = deck_.training.micro_batches;
-  if (D > 1)
-    require(n / D >= M, fmt::format("a training batch of {} samples on {} replicas: every shard needs "
-                                    "at least training.micro_batches = {} samples (n >= {})",
-                                    n, D, M, std::int64_t(D) * M));
+  const int D = shape_.replicas;
   const double lr = next_learning_rate();
   const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
@@ -223,7 +293,8 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     const Tracer::Scope wait(&tracer_, EventKind::ReduceWait, -1);
     reducer_->finish();
   }
-  {
+  last_step_applied_ = check_finite(sums);  // on the reduced gradients
+  if (last_step_applied_) {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
     optimizer_->step(cell_->parameters(), cell_->gradients(), lr);
   }
@@ -239,9 +310,61 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 }
 
 template <class T>
+int Pipeline<T>::first_nonfinite_layer(const Vector<T>& values) const {
+  const std::int64_t at = first_nonfinite(values);
+  if (at < 0) return -1;
+  std::int64_t offset = 0;
+  const auto& layers = cell_->layers();
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    offset += layers[l]->parameter_count();
+    if (at < offset) return cell_->first_layer() + int(l);
+  }
+  return cell_->first_layer() + int(layers.size()) - 1;
+}
+
+template <class T>
+std::string Pipeline<T>::where_layer(int layer) const {
+  int cell = 0;
+  while (cell + 1 < partition_.cells() && partition_.first_layer(cell + 1) <= layer) ++cell;
+  return fmt::format("layer {} ({}) in cell {}", layer, deck_.model.layers[size_t(layer)].type, cell);
+}
+
+template <class T>
+bool Pipeline<T>::check_finite(const LossSums& sums) {
+  const NonFinite mode = deck_.training.nonfinite;
+  last_step_finite_ = !cell_->is_last() || std::isfinite(sums.loss);
+  if (mode == NonFinite::Ignore) return true;  // reported by fit() from the loss
+  // One Allreduce (MIN) of {first layer with a non-finite gradient or INT_MAX,
+  // 1 if the loss is finite}: every rank takes the same decision.
+  int flags[2] = {INT_MAX, last_step_finite_ ? 1 : 0};
+  const int layer = first_nonfinite_layer(cell_->gradients());
+  if (layer >= 0) flags[0] = layer;
+  MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, comm_.get());
+  last_step_finite_ = flags[0] == INT_MAX && flags[1] == 1;
+  if (last_step_finite_) return true;
+  if (mode == NonFinite::SkipStep) {
+    ++skipped_steps_;
+    return false;
+  }
+  throw AgreedError<PipelineError>(fmt::format(
+      "step {}: non-finite values (training.nonfinite: abort): the loss is {}; {}; the parameters "
+      "are those before this step",
+      steps_done_ + 1, flags[1] ? "finite" : "not finite",
+      flags[0] == INT_MAX ? "every gradient is finite"
+                          : "the first layer with a non-finite gradient is " + where_layer(flags[0])));
+}
+
+template <class T>
 void Pipeline<T>::predict_chunk(const float* inputs, std::int64_t n, T* result) {
-  const MicroBatch shard =
-      stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, nullptr, n, true);
+  const auto out = agreed(
+      n, "predict",
+      [&] { return stage_batch(inputs, deck_.model.input_features, nullptr, nullptr, nullptr, n, true); },
+      [&](const MicroBatch& shard) { return predict_staged(n, shard); });
+  std::copy(out.begin(), out.end(), result);
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& shard) {
   const std::int64_t classes = deck_.model.classes();
   std::vector<T> out(static_cast<size_t>(n * classes));  // n <= batch_size
   Matrix<T> logits;
@@ -270,12 +393,15 @@ void Pipeline<T>::predict_chunk(const float* inputs, std::int64_t n, T* result) 
         T& v = out[size_t(i * classes + j)];
         v = T(double(v) * z.target_std[size_t(j)] + z.target_mean[size_t(j)]);
       }
-  std::copy(out.begin(), out.end(), result);
+  return out;
 }
 
 template <class T>
 std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
-  require(n >= 1, fmt::format("predict: n = {} samples, expected at least 1", n));
+  check_usable();
+  // Every rank agrees on n first, so all take the same number of chunks.
+  agree_on_batch(n >= 1 ? "" : fmt::format("predict: n = {} samples, expected at least 1", n), n,
+                 "predict");
   const std::int64_t chunk = deck_.training.batch_size, classes = deck_.model.classes();
   std::vector<T> out(static_cast<size_t>(n * classes));
   for (std::int64_t begin = 0; begin < n; begin += chunk)
@@ -293,6 +419,7 @@ std::int64_t Pipeline<T>::total_parameters() const {
 
 template <class T>
 Evaluation Pipeline<T>::evaluate(const Dataset& data) {
+  check_usable();
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
   LossSums total;
@@ -315,6 +442,26 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
 
 template <class T>
 void Pipeline<T>::save_checkpoint(const std::string& path) {
+  check_usable();
+  // Never a checkpoint from non-finite weights or optimizer state (e.g. Adam's
+  // second moment overflowing float): agreed, so no rank writes.
+  const auto state = optimizer_->state();
+  int first[2] = {INT_MAX, INT_MAX};  // {layer, which: 0 parameters, 1 + i state i}
+  for (int which = 0; which <= int(state.size()); ++which) {
+    const int bad = first_nonfinite_layer(which == 0 ? cell_->parameters() : state[size_t(which - 1)].second);
+    if (bad >= 0 && bad < first[0]) {
+      first[0] = bad;
+      first[1] = which;
+    }
+  }
+  int global[2] = {first[0], first[1]};
+  MPI_Allreduce(MPI_IN_PLACE, global, 1, MPI_2INT, MPI_MINLOC, comm_.get());
+  if (global[0] != INT_MAX)
+    throw AgreedError<PipelineError>(fmt::format(
+        "{}: not written: the {} of {} are not finite", path,
+        global[1] == 0 ? std::string("parameters")
+                       : "optimizer state '" + state[size_t(global[1] - 1)].first + "'",
+        where_layer(global[0])));
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());
@@ -324,16 +471,30 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
     return std::vector<T>(h.data(), h.data() + h.extent(0));
   };
   shard.parameters = host(cell_->parameters());
+  shard.layer_state = host(cell_->state());
   for (const auto& [name, values] : optimizer_->state()) shard.optimizer_state.emplace_back(name, host(values));
   CheckpointInfo info;
   info.step = steps_done_;
-  info.epoch = steps_per_epoch_ > 0 ? steps_done_ / steps_per_epoch_ : 0;
+  // The driver keeps the position; a caller stepping by itself has only steps.
+  info.epoch = train_samples_ == 0 && steps_per_epoch_ > 0 ? steps_done_ / steps_per_epoch_
+                                                           : position_.epoch;
   info.seed = deck_.seed;
   info.precision = sizeof(T) == 4 ? "float" : "double";
   info.optimizer = deck_.optimizer.type;
   info.optimizer_steps = optimizer_->steps();
   info.deck = deck_.text;
   info.normalization = normalization_;
+  info.run_id = run_id_;
+  std::int64_t written = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  MPI_Bcast(&written, 1, MPI_INT64_T, 0, comm_.get());
+  info.written_ns = written;
+  info.batch_size = deck_.training.batch_size;
+  info.train_samples = train_samples_;
+  info.epoch_samples = position_.epoch_samples;
+  info.epoch_loss_sum = position_.epoch_loss_sum;
+  info.epoch_loss_samples = position_.loss_samples;
   if (shape_.replicas == 1) return write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
   std::string error;
   if (grid_.replica() == 0) {  // one copy: the replicas are identical
@@ -348,6 +509,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
 
 template <class T>
 CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
+  check_usable();
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());
@@ -371,10 +533,14 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
     Kokkos::deep_copy(to, h);
   };
   device(shard.parameters, cell_->parameters());
+  device(shard.layer_state, cell_->state());
   for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
   steps_done_ = info.step;
   normalization_ = info.normalization;
+  if (!info.run_id.empty()) run_id_ = info.run_id;  // the run continues
+  position_ = DataPosition{info.epoch, info.epoch_samples, info.epoch_loss_sum,
+                           std::max<std::int64_t>(info.epoch_loss_samples, 0)};
   if (info.seed != deck_.seed && comm_.rank() == 0)
     spdlog::warn("{}: written with seed {}, the deck has seed {}: the data order and Dropout masks "
                  "differ from an uninterrupted run",

@@ -15,7 +15,7 @@ namespace gpipe::test {
 
 struct LayerHarness {
   std::unique_ptr<Layer<double>> layer;
-  Vector<double> params, grads;
+  Vector<double> params, grads, state;
   std::int64_t rows;
   std::vector<double> r;  // objective weights: f = sum r .* y
   PassContext ctx{11, 3, 5, true};
@@ -27,7 +27,9 @@ struct LayerHarness {
     layer = make_layer<double>(layer_shape(parse_layer(yaml), input));
     params = Vector<double>("p", layer->parameter_count());
     grads = Vector<double>("g", layer->parameter_count());
+    state = Vector<double>("state", layer->state_count());
     layer->bind(params.data(), grads.data());
+    layer->bind_state(state.data());
     layer->initialize(5);
     if (random_parameters) {  // so gamma != 1, bias != 0, etc.
       const auto values = uniform(size_t(layer->parameter_count()), 21, -0.8, 0.8);

@@ -24,6 +24,15 @@ Matrix<T> to_device(const std::vector<T>& values, std::int64_t rows, std::int64_
   return m;
 }
 
+/// A device label vector from host values.
+inline LabelVector labels(const std::vector<std::int32_t>& values) {
+  LabelVector v("test::labels", values.size());
+  auto h = Kokkos::create_mirror_view(v);
+  for (size_t i = 0; i < values.size(); ++i) h(i) = values[i];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
 /// Row-major host copy of a device matrix or vector.
 template <class ViewT>
 std::vector<typename ViewT::non_const_value_type> to_host(const ViewT& v) {

@@ -35,7 +35,7 @@ printf '\x1f\x00\x08\x01\x00\x00\x00\x01\x05' >"$tmp/magic.idx"
 printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$tmp/short.idx"
 
 expect unknown_set_key 2 \
-  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.targets_dataset, data.normalize, data.normalize_targets, data.train_limit, data.test_limit, model.loss, model.huber_delta, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, parallel.cells, parallel.placement, parallel.deterministic_reduction, parallel.bucket_kib, pipeline.balance, pipeline.remat, pipeline.schedule, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every)" \
+  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.targets_dataset, data.normalize, data.normalize_targets, data.train_limit, data.test_limit, model.loss, model.huber_delta, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, parallel.cells, parallel.placement, parallel.deterministic_reduction, parallel.bucket_kib, pipeline.balance, pipeline.remat, pipeline.schedule, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every, training.nonfinite)" \
   "$deck" --set training.epoch=3
 expect yaml_syntax 2 \
   "gpipe-train: error: $tmp/syntax.yaml:2:1: YAML syntax error: end of map flow not found" \
@@ -44,7 +44,7 @@ expect missing_deck 2 \
   "gpipe-train: error: $tmp/none.yaml: cannot open input deck (missing or unreadable)" \
   "$tmp/none.yaml"
 expect negative_batch 2 \
-  "gpipe-train: error: $deck (--set): training.batch_size: expected a positive integer, got -1" \
+  "gpipe-train: error: $deck (--set): training.batch_size: expected an integer in [1, 2^31 - 1], got -1" \
   "$deck" --set training.batch_size=-1
 expect missing_dataset 2 \
   "gpipe-train: error: $tmp/none.gz: cannot open IDX file (missing or unreadable)" \
@@ -53,7 +53,7 @@ expect wrong_magic 2 \
   "gpipe-train: error: $tmp/magic.idx: not an IDX file: magic number starts with 0x1f00, expected 0x0000" \
   "$deck" --set data.train_images="$tmp/magic.idx"
 expect truncated_dataset 2 \
-  "gpipe-train: error: $tmp/short.idx: truncated IDX file: header promises 1568 values, found 2" \
+  "gpipe-train: error: $tmp/short.idx: truncated IDX file: header dimensions 2 x 28 x 28 promise 1568 values, found 2" \
   "$deck" --set data.train_images="$tmp/short.idx"
 expect input_size_mismatch 2 \
   "gpipe-train: error: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz: samples have 784 features but model.input is 100" \
@@ -61,6 +61,75 @@ expect input_size_mismatch 2 \
 expect cells_not_dividing_ranks 2 \
   "gpipe-train: error: parallel.cells: 2 cells per pipeline do not divide the 1 MPI ranks (ranks = replicas x cells)" \
   "$deck" --set parallel.cells=2
+
+# Deck domains (issue 12): duplicates, ranges, finiteness, empty values.
+awk '{print} /^  lr: /{print "  lr: 5.0"}' "$deck" >"$tmp/dup.yaml"
+first_lr=$(grep -n '^  lr: 1' "$tmp/dup.yaml" | cut -d: -f1)
+expect duplicate_key 2 \
+  "gpipe-train: error: $tmp/dup.yaml:$((first_lr + 1)):3: optimizer.lr: duplicate key (first given at $tmp/dup.yaml:$first_lr:3; a key may appear once)" \
+  "$tmp/dup.yaml"
+expect negative_train_limit 2 \
+  "gpipe-train: error: $deck (--set): data.train_limit: expected an integer >= 0, got -5" \
+  "$deck" --set data.train_limit=-5
+expect infinite_lr 2 \
+  "gpipe-train: error: $deck (--set): optimizer.lr: expected a finite number > 0, got .inf" \
+  "$deck" --set optimizer.lr=.inf
+expect negative_progress 2 \
+  "gpipe-train: error: $deck (--set): training.progress_every: expected an integer >= 0, got -3" \
+  "$deck" --set training.progress_every=-3
+expect empty_value 2 \
+  "gpipe-train: error: $deck (--set): training.epochs: expected an integer >= 1, got an empty value" \
+  "$deck" --set training.epochs=
+
+# Hostile IDX header: 0xFFFFFFFF images in a 116-byte file, refused before allocating.
+{ printf '\x00\x00\x08\x03\xff\xff\xff\xff\x00\x00\x00\x0a\x00\x00\x00\x0a'; head -c 100 /dev/zero; } >"$tmp/hostile.idx"
+expect hostile_idx_header 2 \
+  "gpipe-train: error: $tmp/hostile.idx: truncated IDX file: header dimensions 4294967295 x 10 x 10 promise 429496729500 values, found 100" \
+  "$deck" --set data.train_images="$tmp/hostile.idx"
+
+# On 2 ranks: a set-up error is printed once (not once per rank), and a
+# non-finite loss aborts every rank cleanly (exit 1), with one message and no checkpoint.
+if command -v mpiexec >/dev/null && [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import h5py" 2>/dev/null; then
+  mpi=(mpiexec -n 2 --oversubscribe)
+  "${mpi[@]}" "$exe" "$deck" --set data.train_images="$tmp/none.gz" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -eq 2 ] && [ "$(grep -c 'gpipe-train: error:' "$tmp/err")" = 1 ]; then
+    echo "ok   setup_error_printed_once"; passed=$((passed + 1))
+  else
+    echo "FAIL setup_error_printed_once: exit $rc"; cat "$tmp/err"; failures=$((failures + 1))
+  fi
+  /usr/bin/python3 - "$tmp" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(1)
+for name in ("train", "test"):
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    if name == "train":
+        x[0, :] = 3e38  # finite floats whose first-layer sums overflow
+    with h5py.File(f"{sys.argv[1]}/{name}.h5", "w") as f:
+        f["inputs"] = x
+        f["labels"] = rng.integers(0, 10, 64)
+PY
+  cat >"$tmp/spike.yaml" <<EOF2
+model:
+  input: 16
+  layers: [{type: dense, units: 512}, {type: relu}, {type: dense, units: 256}, {type: relu}, {type: dense, units: 10}]
+data: {format: hdf5, train_file: $tmp/train.h5, test_file: $tmp/test.h5, normalize: none}
+training: {epochs: 1, batch_size: 16, micro_batches: 4, shuffle: false}
+optimizer: {type: adamw, lr: 1.0e-3}
+checkpoint: {directory: $tmp/spike_ckpt, every_steps: 1}
+EOF2
+  rm -f "$tmp/summary.json"
+  "${mpi[@]}" "$exe" "$tmp/spike.yaml" --summary "$tmp/summary.json" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  message="gpipe-train: error: step 1: non-finite values (training.nonfinite: abort): the loss is not finite; the first layer with a non-finite gradient is layer 0 (dense) in cell 0; the parameters are those before this step"
+  if [ "$rc" -eq 1 ] && [ "$(grep -c 'gpipe-train: error:' "$tmp/err")" = 1 ] && grep -qxF -- "$message" "$tmp/err" &&
+     [ -z "$(ls "$tmp/spike_ckpt" 2>/dev/null)" ] && [ ! -e "$tmp/summary.json" ]; then
+    echo "ok   nonfinite_abort_2_ranks"; passed=$((passed + 1))
+  else
+    echo "FAIL nonfinite_abort_2_ranks: exit $rc"; cat "$tmp/err"; ls "$tmp/spike_ckpt" 2>/dev/null
+    failures=$((failures + 1))
+  fi
+fi
 
 # --help and --version succeed and teach.
 if "$exe" --help | grep -q "micro-batches" && "$exe" --version | grep -q "^Kokkos "; then

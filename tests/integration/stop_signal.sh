@@ -31,23 +31,25 @@ ckpts() { (cd "$1" && ls 2>/dev/null) | tr '\n' ' '; }
 GPIPE_FAULT_SIGNAL_AT_STEP=11 "$mpiexec" -n 2 "${preflags[@]}" "$exe" "$deck" "${args[@]}" \
   --set checkpoint.directory="$tmp/a" --summary "$tmp/a.json" >"$tmp/a.log" 2>&1
 status=$?
-msg="gpipe-train: stopped by SIGTERM after step 11: checkpoint $tmp/a/ckpt_000000011.h5 written; continue with --restart latest (exit status 75)"
+a_ckpt=$(ls "$tmp"/a/ckpt_000000011_*.h5 2>/dev/null)  # named by the run's identity
+run=${a_ckpt##*_}; run=${run%.h5}
+msg="gpipe-train: stopped by SIGTERM after step 11: checkpoint $a_ckpt written; continue with --restart latest (exit status 75)"
 if [ "$status" -eq 75 ] && grep -qxF "$msg" "$tmp/a.log"; then ok "SIGTERM mid-epoch: exit 75 and the message"
 else fail "SIGTERM mid-epoch: status $status, log: $(cat "$tmp/a.log")"; fi
-if [ "$(ckpts "$tmp/a")" = "ckpt_000000011.h5 " ]; then ok "exactly one new complete checkpoint"
-else fail "expected only ckpt_000000011.h5, found: $(ckpts "$tmp/a")"; fi
+if [ "$(ckpts "$tmp/a")" = "ckpt_000000011_$run.h5 " ]; then ok "exactly one new complete checkpoint"
+else fail "expected only ckpt_000000011_$run.h5, found: $(ckpts "$tmp/a")"; fi
 if grep -q '"signal": "SIGTERM"' "$tmp/a.json" && grep -q '"step": 11' "$tmp/a.json"; then ok "the summary records the stop"
 else fail "summary: $(cat "$tmp/a.json" 2>&1)"; fi
 
 touch "$tmp/a/ckpt_000000099.h5.tmp"  # a stale partial checkpoint of an earlier kill
 "$mpiexec" -n 2 "${preflags[@]}" "$exe" "$deck" "${args[@]}" --set checkpoint.every_epochs=3 \
   --set checkpoint.directory="$tmp/a" --restart latest >"$tmp/b.log" 2>&1 || fail "restart: $(cat "$tmp/b.log")"
-if grep -q "restarting from $tmp/a/ckpt_000000011.h5 (step 11, epoch 2)" "$tmp/b.log"; then ok "restart from the signal's checkpoint"
+if grep -q "restarting from $a_ckpt (run $run, step 11, epoch 2, 384 of its samples trained)" "$tmp/b.log"; then ok "restart from the signal's checkpoint"
 else fail "restart: $(cat "$tmp/b.log")"; fi
 if [ ! -e "$tmp/a/ckpt_000000099.h5.tmp" ] && grep -q "removed the partial checkpoint $tmp/a/ckpt_000000099.h5.tmp" "$tmp/b.log"; then
   ok "stale .tmp checkpoint removed at the next start"
 else fail "stale .tmp: $(ckpts "$tmp/a") $(cat "$tmp/b.log")"; fi
-if h5diff "$tmp/ref/ckpt_000000024.h5" "$tmp/a/ckpt_000000024.h5" /layers /layers >"$tmp/diff" 2>&1; then
+if h5diff "$(ls "$tmp"/ref/ckpt_000000024_*.h5)" "$tmp/a/ckpt_000000024_$run.h5" /layers /layers >"$tmp/diff" 2>&1; then
   ok "interrupted + restarted run equals the uninterrupted one bitwise (h5diff /layers)"
 else fail "h5diff: $(head -n 20 "$tmp/diff")"; fi
 
@@ -67,7 +69,7 @@ pid=$!; pids+=("$pid")
 if wait_for_progress "$tmp/c.log" "$pid"; then
   kill -USR1 "$pid"
   wait "$pid"; status=$?
-  n=$(ls "$tmp/c" | grep -c '^ckpt_[0-9]*\.h5$')
+  n=$(ls "$tmp/c" | grep -c '^ckpt_[0-9]*_[0-9a-f]*\.h5$')
   if [ "$status" -eq 75 ] && [ "$n" -eq 1 ] && grep -q "stopped by SIGUSR1 after step" "$tmp/c.log"; then
     ok "SIGUSR1 from outside: exit 75, one checkpoint ($(ckpts "$tmp/c"))"
   else fail "SIGUSR1 from outside: status $status, checkpoints: $(ckpts "$tmp/c"), log: $(tail -n 3 "$tmp/c.log")"; fi

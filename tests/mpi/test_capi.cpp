@@ -224,5 +224,42 @@ TEST(CApi, DataParallelLayout) {
   EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
 }
 
+// Ranks that disagree (different sample counts, a bad label on one rank) all
+// get an error from the collective step, none waits forever, and the trainer
+// stays usable.
+TEST(CApi, RanksThatDisagreeAllFailAndTheTrainerStaysUsable) {
+  const int R = test::world_size(), rank = test::world_rank();
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  Batch b = batch(3);
+  if (R > 1) {
+    const int64_t n = rank == 0 ? 6 : 8;
+    EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), n, nullptr), GPIPE_ERROR_INPUT);
+    EXPECT_EQ(std::string(gpipe_last_error()),
+              "step: the ranks passed different sample counts (n = " + std::to_string(n) + " on rank " +
+                  std::to_string(rank) + "; 6 to 8 across ranks): every rank must pass the same batch");
+    std::vector<float> logits(8 * 4);
+    EXPECT_EQ(gpipe_predict(t, b.inputs.data(), rank == 0 ? 7 : 8, logits.data()), GPIPE_ERROR_INPUT);
+  }
+  // A label out of range on the last rank only.
+  Batch bad = b;
+  if (rank == R - 1) bad.labels[5] = 9;
+  EXPECT_EQ(gpipe_train_step(t, bad.inputs.data(), bad.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(), rank == R - 1 ? "gpipe_train_step: labels[5] = 9 is outside [0, 4)"
+                                                 : "gpipe_train_step: another rank rejected its arguments "
+                                                   "(its gpipe_last_error names the problem)");
+  // n out of range on rank 0 only.
+  EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), rank == 0 ? 9 : 8, nullptr), GPIPE_ERROR_INPUT);
+  // Still usable: the same step as a fresh trainer's first.
+  double loss = -1, fresh_loss = -2;
+  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
+  gpipe_trainer* fresh = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
+  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
+  EXPECT_EQ(loss, fresh_loss);
+  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 }  // namespace
 }  // namespace gpipe

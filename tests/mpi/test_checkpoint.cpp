@@ -7,7 +7,9 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -15,8 +17,10 @@
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/trace_file.hpp"
+#include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
@@ -59,6 +63,10 @@ void run(Pipeline<double>& t, std::int64_t from, std::int64_t to) {
   }
 }
 
+LatestCheckpoint latest(const std::string& dir, const Deck& d = deck()) {
+  return find_latest_checkpoint(dir, d.model, d.precision, d.optimizer.type, MPI_COMM_WORLD);
+}
+
 std::vector<double> uninterrupted(MPI_Comm comm, int steps) {
   Pipeline<double> t(deck(), comm);
   run(t, 0, steps);
@@ -74,7 +82,7 @@ TEST(Restart, SameCellsBitwise) {
     first.save_checkpoint(checkpoint_path(dir, 3));
   }
   Pipeline<double> second(deck(), MPI_COMM_WORLD);
-  const CheckpointInfo info = second.load_checkpoint(latest_checkpoint(dir));
+  const CheckpointInfo info = second.load_checkpoint(latest(dir).path);
   EXPECT_EQ(info.step, 3);
   EXPECT_EQ(info.optimizer_steps, 3);
   run(second, 3, 6);
@@ -220,32 +228,169 @@ TEST(CheckpointErrors, ExactMessagesAndNothingOverwritten) {
   if (world_rank() == 0) EXPECT_EQ(read_bytes(good), before);
 }
 
-TEST(Checkpoint, PruneKeepsNewest) {
+// Runs sharing a directory: pruning removes only the same run's older files,
+// never the newest, never another run's or an unnamed (older version's) file.
+TEST(Checkpoint, PruneOnlyTheSameRunsOlderFiles) {
   const std::string dir = shared_dir("prune");
+  const std::string a = "00000000000000aa", b = "00000000000000bb";
   if (world_rank() == 0) {
-    for (int s : {5, 10, 15}) std::ofstream(checkpoint_path(dir, s)) << s;
-    std::ofstream(checkpoint_path(dir, 20) + ".tmp") << "partial";
-    EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 15));
-    prune_checkpoints(dir, 2);
-    EXPECT_FALSE(fs::exists(checkpoint_path(dir, 5)));
-    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 10)));
-    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 20) + ".tmp"));
-    try {
-      latest_checkpoint(dir + "/empty");
-      ADD_FAILURE();
-    } catch (const InputError& e) {
-      EXPECT_EQ(std::string(e.what()), dir + "/empty: no complete checkpoint (ckpt_*.h5) to restart from");
-    }
+    for (int s : {5, 10, 15}) std::ofstream(checkpoint_path(dir, s, a)) << s;
+    for (int s : {40, 80}) std::ofstream(checkpoint_path(dir, s, b)) << s;  // an older run, further on
+    std::ofstream(checkpoint_path(dir, 90)) << "an older version's file";
+    std::ofstream(checkpoint_path(dir, 20, a) + ".tmp") << "partial";
+    prune_checkpoints(dir, a, 2);
+    EXPECT_FALSE(fs::exists(checkpoint_path(dir, 5, a)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 10, a)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 15, a)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 40, b)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 80, b)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 90)));
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 20, a) + ".tmp"));
+    prune_checkpoints(dir, a, 0);  // keep < 1 still keeps the newest
+    EXPECT_TRUE(fs::exists(checkpoint_path(dir, 15, a)));
+    EXPECT_FALSE(fs::exists(checkpoint_path(dir, 10, a)));
+    EXPECT_EQ(checkpoint_path(dir, 15, a), dir + "/ckpt_000000015_" + a + ".h5");
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  try {
+    latest(dir + "/empty");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/empty: no complete checkpoint (ckpt_*.h5) to restart from");
+  }
+}
+
+// `latest` = the newest complete, readable checkpoint of a compatible run;
+// damaged and incompatible newer ones are skipped and named. The same on every rank.
+TEST(Checkpoint, LatestSkipsDamagedAndIncompatible) {
+  const std::string dir = shared_dir("latest");
+  std::string good, truncated, other_model;
+  {
+    Pipeline<double> t(deck(), MPI_COMM_WORLD);
+    run(t, 0, 2);
+    good = checkpoint_path(dir, 2, t.run_id());
+    t.save_checkpoint(good);
+    run(t, 2, 3);
+    truncated = checkpoint_path(dir, 3, t.run_id());
+    t.save_checkpoint(truncated);
+  }
+  if (world_rank() == 0) fs::resize_file(truncated, fs::file_size(truncated) / 2);
+  const Deck eight = deck("[{type: dense, units: 10}, {type: gelu}, {type: dense, units: 8}, "
+                          "{type: tanh}, {type: dense, units: 3}]");
+  {
+    Pipeline<double> t(eight, MPI_COMM_WORLD);
+    run(t, 0, 1);
+    other_model = checkpoint_path(dir, 1, t.run_id());
+    t.save_checkpoint(other_model);  // newest of all, but another model
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const LatestCheckpoint l = latest(dir);
+  EXPECT_EQ(l.path, good);
+  EXPECT_EQ(l.info.step, 2);
+  ASSERT_EQ(l.skipped.size(), 2u);
+  EXPECT_EQ(l.skipped[0], other_model + ": the checkpoint has 5 layers, the model has 9");
+  EXPECT_EQ(l.skipped[1], truncated + ": not a readable HDF5 checkpoint (corrupt or truncated)");
+  // The other model's run finds its own file.
+  EXPECT_EQ(latest(dir, eight).path, other_model);
+}
+
+// A checkpoint is never written from non-finite weights; the failure of one
+// rank (here the last holds the NaN) is agreed: every rank throws, none waits.
+TEST(Checkpoint, NeverWrittenFromNonFiniteWeights) {
+  const std::string dir = shared_dir("nan");
+  Pipeline<double> t(deck(), MPI_COMM_WORLD);
+  run(t, 0, 1);
+  if (world_rank() == world_size() - 1) {
+    auto p = Kokkos::create_mirror_view(t.cell().parameters());
+    Kokkos::deep_copy(p, t.cell().parameters());
+    p(p.extent(0) - 1) = std::numeric_limits<double>::quiet_NaN();
+    Kokkos::deep_copy(t.cell().parameters(), p);
+  }
+  const std::string path = checkpoint_path(dir, 1, t.run_id());
+  try {
+    t.save_checkpoint(path);
+    ADD_FAILURE() << "expected PipelineError";
+  } catch (const PipelineError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path + ": not written: the parameters of layer 8 (dense) in cell " +
+                  std::to_string(world_size() - 1) + " are not finite");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// A write that fails is agreed and leaves no file under a checkpoint's name.
+TEST(Checkpoint, FailedWriteIsAgreed) {
+  const std::string dir = shared_dir("unwritable");
+  if (world_rank() == 0) std::ofstream(dir + "/file") << "a file, not a directory";
+  MPI_Barrier(MPI_COMM_WORLD);
+  Pipeline<double> t(deck(), MPI_COMM_WORLD);
+  const std::string path = dir + "/file/ckpt_000000000.h5";
+  try {
+    t.save_checkpoint(path);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ".tmp: cannot create checkpoint file");
+  }
+}
+
+// One rank failing: every rank learns the first failing rank's error.
+TEST(Agreed, FirstFailingRanksErrorOnEveryRank) {
+  const int K = world_size();
+  try {
+    agreed(MPI_COMM_WORLD, [&] {
+      if (world_rank() == K - 1) throw InputError("rank " + std::to_string(K - 1) + " failed");
+    });
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(K - 1) + " failed");
+    EXPECT_NE(dynamic_cast<const Agreed*>(&e), nullptr);
+  }
+  EXPECT_NO_THROW(agreed(MPI_COMM_WORLD, [] {}));
+  EXPECT_EQ(any_rank(world_rank() == 0, MPI_COMM_WORLD), true);
+  EXPECT_EQ(any_rank(false, MPI_COMM_WORLD), false);
+}
+
+// A restart with another batch size resumes by samples seen: the epoch's
+// remaining samples are trained, and its loss covers the whole epoch.
+TEST(Restart, AnotherBatchSizeResumesBySamplesSeen) {
+  const std::string dir = shared_dir("batch");
+  Deck d = deck();
+  d.checkpoint.directory = dir;
+  d.checkpoint.every_steps = 1;
+  d.checkpoint.every_epochs = 0;
+  d.training.progress_every = 0;
+  std::string first;
+  {
+    Pipeline<double> t(d, MPI_COMM_WORLD);
+    // 15 of the epoch's 45 samples; the loss (on the last rank) goes into the position.
+    double loss = t.step(data(), epoch_order(data().samples, d.seed, 0, true), 0, kBatch).loss;
+    MPI_Bcast(&loss, 1, MPI_DOUBLE, world_size() - 1, MPI_COMM_WORLD);
+    t.set_position({0, kBatch, loss, kBatch});
+    first = checkpoint_path(dir, 1, t.run_id());
+    t.save_checkpoint(first);
+  }
+  Deck five = d;
+  five.training.batch_size = 5;  // 3 steps of 15 become 9 of 5
+  Pipeline<double> t(five, MPI_COMM_WORLD);
+  const CheckpointInfo info = t.load_checkpoint(latest(dir, five).path);
+  EXPECT_EQ(info.batch_size, kBatch);
+  EXPECT_EQ(info.epoch_samples, kBatch);
+  const DataPosition p = restart_position(info, first, five, data().samples);
+  EXPECT_EQ(p.epoch, 0);
+  EXPECT_EQ(p.epoch_samples, kBatch);
+  t.set_position(p);
+  const auto reports = fit(t, data(), data(), nullptr);
+  ASSERT_EQ(reports.size(), 1u);  // not "nothing to train"
+  EXPECT_EQ(t.steps_done(), 1 + 6);
+  EXPECT_EQ(reports[0].train_samples, data().samples);
+  EXPECT_TRUE(reports[0].train_loss_whole_epoch);
+  EXPECT_TRUE(std::isfinite(reports[0].train_loss));
 }
 
 TEST(Trace, StepsContainTheirEventsAndTimesAddUp) {
-  // With more ranks than cores the OS preempts ranks at arbitrary points,
-  // also between two timed operations, which no trace can attribute.
-  if (world_size() > int(std::thread::hardware_concurrency()))
-    GTEST_SKIP() << world_size() << " ranks on " << std::thread::hardware_concurrency()
-                 << " cores: timings of an oversubscribed run are not meaningful";
+  // Exact whatever the load: preemption between two operations lands in "other".
   // Wide enough layers that a step takes milliseconds, not microseconds.
   Deck d = deck("[{type: dense, units: 512}, {type: gelu}, {type: dense, units: 512}, {type: tanh}, "
                 "{type: dense, units: 512}, {type: relu}, {type: dense, units: 3}]");
@@ -258,8 +403,9 @@ TEST(Trace, StepsContainTheirEventsAndTimesAddUp) {
   std::set<std::int64_t> recorded;
   for (const auto& s : tracer.steps()) {
     recorded.insert(s.step);
-    EXPECT_NEAR(s.compute_time + s.comm_time + s.idle_time, s.step_time, 0.01 * s.step_time)
-        << "step " << s.step;
+    EXPECT_EQ(s.compute_ns + s.comm_ns + s.idle_ns + s.other_ns, s.step_ns) << "step " << s.step;
+    EXPECT_GT(s.compute_ns, 0);
+    EXPECT_GE(s.other_ns, 0);
     EXPECT_EQ(s.peak_activation_bytes, t.cell().activation_bytes());
     int forwards = 0, backwards = 0;
     for (const auto& e : tracer.events()) {

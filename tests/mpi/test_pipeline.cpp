@@ -6,10 +6,12 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/runtime.hpp"
 #include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
@@ -225,6 +227,43 @@ TEST(Transport, ReceivedSizeIsChecked) {
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Request owners: move-only; an abandoned receive is cancelled and its
+// request freed (its buffer replaced if MPI cannot confirm the cancel); the
+// object then serves new receives.
+TEST(Transport, AbandonedReceiveIsCancelledAndFreed) {
+  static_assert(!std::is_copy_constructible<BoundaryBuffer<double>>::value);
+  static_assert(std::is_nothrow_move_constructible<BoundaryBuffer<double>>::value);
+  Communicator comm(MPI_COMM_WORLD);
+  const int rank = world_rank(), size = world_size();
+  const int prev = (rank + size - 1) % size, next = (rank + 1) % size;
+  BoundaryBuffer<double> buffer("test::abandoned", 2, 3);
+  buffer.post_recv(comm.get(), prev, forward_tag(40), 1, "forward activation", 40);  // never sent
+  EXPECT_TRUE(buffer.pending());
+  buffer.cancel();
+  EXPECT_FALSE(buffer.pending());
+  EXPECT_EQ(buffer.rows(2).extent(0), 2u);
+  BoundaryBuffer<double> moved(std::move(buffer));
+  EXPECT_FALSE(moved.pending());
+  // A new receive (another tag: one with the abandoned tag could still be
+  // matched by a receive that MPI failed to cancel) completes into it.
+  BoundaryBuffer<double> out("test::out", 2, 3);
+  Kokkos::deep_copy(out.rows(2), double(rank + 1));
+  moved.post_recv(comm.get(), prev, forward_tag(41), 1, "forward activation", 41);
+  out.post_send(comm.get(), next, forward_tag(41), 1);
+  moved.wait();
+  out.wait();
+  EXPECT_EQ(test::to_host(moved.rows(1)), std::vector<double>(3, double(prev + 1)));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Runtime, ThreadLevelTheBackendNeeds) {
+  const bool serial = std::string(ExecSpace::name()) == "Serial";
+  EXPECT_EQ(required_mpi_thread_level(), serial ? MPI_THREAD_SINGLE : MPI_THREAD_FUNNELED);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  EXPECT_GE(provided, required_mpi_thread_level());
 }
 
 }  // namespace

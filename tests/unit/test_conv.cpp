@@ -164,3 +164,44 @@ TEST(ConvShapeErrors, ExactMessages) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(BatchNorm2d, GradientsWithMicroBatchStatistics) {
+  check("{type: batchnorm2d}", kImage, 3, kImage);
+  check("{type: batchnorm2d, eps: 0.01}", kImage, 1, kImage);  // a batch of 1: statistics over 5 x 7
+}
+
+TEST(BatchNorm2d, TrainingNormalizesAndUpdatesRunningStatistics) {
+  LayerHarness h("{type: batchnorm2d, momentum: 0.5}", {1, 1, 2}, 2, false);
+  h.set_parameters({1, 0});  // gamma, beta
+  // One channel, 2 samples x 2 pixels: values 1, 2, 3, 6: mean 3, biased variance 3.5.
+  const auto y = h.forward({1, 2, 3, 6});
+  const double rstd = 1 / std::sqrt(3.5 + 1e-5);
+  EXPECT_NEAR(y[0], -2 * rstd, 1e-14);
+  EXPECT_NEAR(y[3], 3 * rstd, 1e-14);
+  // running = 0.5 initial + 0.5 statistic; the variance unbiased (14 / 3).
+  EXPECT_EQ(test::to_host(h.state), (std::vector<double>{0.5 * 3, 0.5 * 1 + 0.5 * 14.0 / 3}));
+  // A recompute (re-materialization) leaves the running statistics alone.
+  h.ctx.recompute = true;
+  h.forward({10, 20, 30, 60});
+  EXPECT_EQ(test::to_host(h.state), (std::vector<double>{0.5 * 3, 0.5 * 1 + 0.5 * 14.0 / 3}));
+  // Evaluation normalizes with the running statistics.
+  h.ctx.training = false;
+  const auto e = h.forward({1, 2, 3, 6});
+  EXPECT_NEAR(e[0], (1 - 1.5) / std::sqrt(0.5 + 7.0 / 3 + 1e-5), 1e-14);
+}
+
+TEST(BatchNorm2d, ShapesAndState) {
+  const auto s = layer_shape(parse_layer("{type: batchnorm2d}"), {4, 3, 3});
+  EXPECT_EQ(s.parameter_count(), 8);
+  EXPECT_EQ(s.state_count(), 8);
+  EXPECT_EQ(s.saved.elements(16), 8);  // (mean, 1/std) per channel, per micro-batch
+  EXPECT_EQ(deck_error("[1, 6, 6]", "[{type: flatten}, {type: batchnorm2d}]"),
+            "cnn.yaml:3:29 (model.layers[1]): layer 1 (batchnorm2d) cannot take input shape [36]: "
+            "expected (channels, height, width)");
+}
+
+}  // namespace
+}  // namespace gpipe

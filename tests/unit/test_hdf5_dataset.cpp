@@ -4,7 +4,10 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <limits>
+#include <tuple>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/dataset.hpp"
@@ -97,6 +100,49 @@ TEST(Hdf5DatasetErrors, ExactMessages) {
   EXPECT_EQ(error_of(floats), floats + ": dataset 'labels' must hold integer values (float targets need a regression loss: set model.loss to mse, mae or huber)");
   const auto longer = make_file("mismatch.h5", false, false, 4);
   EXPECT_EQ(error_of(longer), longer + ": 'inputs' has 3 samples but 'labels' has 4");
+}
+
+// Inputs must be finite: the reader names the file, sample and feature; a
+// float64 value beyond float's range is not silently clamped or made inf.
+TEST(Hdf5DatasetErrors, NonFiniteInputs) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [name, bad, shown] :
+       std::vector<std::tuple<std::string, double, std::string>>{
+           {"nan.h5", nan, "nan"},
+           {"inf.h5", -std::numeric_limits<double>::infinity(), "-inf"},
+           {"big.h5", 1e300, "inf"}}) {
+    const std::string path = temp_path(name);
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const double x[6] = {1, 2, 3, bad, 5, 6};
+    const long long y[3] = {0, 1, 0};
+    put(f, "inputs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {3, 2}, x);
+    put(f, "labels", H5T_STD_I64LE, H5T_NATIVE_LLONG, {3}, y);
+    H5Fclose(f);
+    EXPECT_EQ(error_of(path), path + ":inputs: sample 1, feature 1 is " + shown +
+                                  " (inputs must be finite float values)");
+  }
+}
+
+// A header claiming more data than the file stores is refused before any
+// allocation (here 10^9 x 1000 inputs never written: 4 TB).
+TEST(Hdf5DatasetErrors, HeaderBeyondTheFileIsRefused) {
+  const std::string path = temp_path("hostile.h5");
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const long long y[3] = {0, 1, 0};
+  put(f, "labels", H5T_STD_I64LE, H5T_NATIVE_LLONG, {3}, y);
+  H5Fclose(f);
+  const hid_t g = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hsize_t dims[2] = {3, 1000000000000ULL};
+  const hid_t space = H5Screate_simple(2, dims, nullptr);
+  const hid_t d = H5Dcreate2(g, "inputs", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dclose(d);
+  H5Sclose(space);
+  H5Fclose(g);
+  const auto size = std::filesystem::file_size(path);
+  EXPECT_EQ(error_of(path), path + ": dataset 'inputs': its header declares 3 x 1000000000000 values "
+                                   "of 4 bytes (12000000000000 bytes), but only 0 bytes are stored "
+                                   "(expected 12000000000000) (the file holds " +
+                                std::to_string(size) + " bytes): damaged or truncated file");
 }
 
 }  // namespace

@@ -82,7 +82,32 @@ TEST(Idx, UnsupportedType) {
 TEST(Idx, TruncatedData) {
   const auto path = temp_path("truncated");
   write_bytes(path, std::string("\x00\x00\x08\x01\x00\x00\x00\x05\x01\x02", 10));
-  EXPECT_EQ(error_of(path), path + ": truncated IDX file: header promises 5 values, found 2");
+  EXPECT_EQ(error_of(path), path + ": truncated IDX file: header dimensions 5 promise 5 values, found 2");
+}
+
+// Header sizes are checked against the file before anything is allocated:
+// 0xFFFFFFFF images of 10 x 10 in a 116-byte file (the case), the
+// same gzip-compressed (read in blocks, so memory follows the data), and
+// dimensions whose product overflows 64 bits.
+TEST(Idx, HostileHeaderNeverAllocates) {
+  const std::string header("\x00\x00\x08\x03\xff\xff\xff\xff\x00\x00\x00\x0a\x00\x00\x00\x0a", 16);
+  const auto path = temp_path("hostile");
+  write_bytes(path, header + std::string(100, '\x07'));
+  EXPECT_EQ(error_of(path), path + ": truncated IDX file: header dimensions 4294967295 x 10 x 10 "
+                                   "promise 429496729500 values, found 100");
+  const auto gz = temp_path("hostile.gz");
+  {
+    gzFile f = gzopen(gz.c_str(), "wb");
+    const std::string bytes = header + std::string(100, '\x07');
+    gzwrite(f, bytes.data(), unsigned(bytes.size()));
+    gzclose(f);
+  }
+  EXPECT_EQ(error_of(gz), gz + ": truncated IDX file: header dimensions 4294967295 x 10 x 10 "
+                               "promise 429496729500 values, found 100");
+  const auto huge = temp_path("huge");
+  write_bytes(huge, std::string("\x00\x00\x08\x04", 4) + std::string(16, '\xff') + "abc");
+  EXPECT_EQ(error_of(huge), huge + ": truncated IDX file: header dimensions 4294967295 x 4294967295 x "
+                                   "4294967295 x 4294967295 promise more than 2^40 values, found 3");
 }
 
 TEST(Idx, TruncatedHeader) {

@@ -12,13 +12,7 @@
 namespace gpipe {
 namespace {
 
-LabelVector labels(const std::vector<std::int32_t>& values) {
-  LabelVector v("labels", values.size());
-  auto h = Kokkos::create_mirror_view(v);
-  for (size_t i = 0; i < values.size(); ++i) h(i) = values[i];
-  Kokkos::deep_copy(v, h);
-  return v;
-}
+using test::labels;
 
 TEST(SoftmaxCrossEntropy, HandComputedLossAndGradient) {
   // Row 0: logits (1, 2, 3), label 2: loss = log(e + e^2 + e^3) - 3.

@@ -19,6 +19,13 @@ class PipelineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A call in the wrong state: the library is not initialized, or an object
+/// was left unusable by an earlier failure (C API: GPIPE_ERROR_STATE).
+class StateError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 /// Throws InputError(message) when `condition` is false.
 void require(bool condition, const std::string& message);
 

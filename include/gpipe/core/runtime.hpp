@@ -5,9 +5,11 @@
 
 namespace gpipe {
 
-/// RAII owner of MPI_Init/MPI_Finalize and Kokkos::initialize/finalize.
-/// Create one in main() before any other gpipe object. If MPI is already
-/// initialized (a host code owns it), it is left to its owner.
+/// RAII owner of MPI_Init_thread/MPI_Finalize and Kokkos::initialize/finalize.
+/// Create one in main() before any other gpipe object. MPI is initialized
+/// with required_mpi_thread_level() (StateError if the library provides
+/// less). If MPI or Kokkos is already initialized (a host code owns it), it
+/// is left to its owner.
 class Runtime {
  public:
   Runtime(int& argc, char**& argv);
@@ -17,6 +19,7 @@ class Runtime {
 
  private:
   bool owns_mpi_ = false;
+  bool owns_kokkos_ = false;
 };
 
 /// Versions of gpipe and the libraries it runs on, for run records.
@@ -31,6 +34,12 @@ struct BuildInfo {
 };
 /// The versions this process runs with (MPI must be initialized).
 BuildInfo build_info();
+
+/// The MPI thread level gpipe needs with this build's Kokkos backend: gpipe
+/// calls MPI only from the thread that created its objects, so
+/// MPI_THREAD_SINGLE with a serial host backend and MPI_THREAD_FUNNELED with a
+/// threaded one (OpenMP, Threads) or a device backend.
+int required_mpi_thread_level();
 
 /// One line per component: gpipe, Kokkos version, execution and memory
 /// space, MPI library, GPU-aware MPI on/off.

@@ -30,6 +30,14 @@ struct CheckpointInfo {
   /// Input and target normalization the model was trained with (group
   /// /normalization; identity when a checkpoint has none).
   NormalizationStats normalization;
+  // Run identity and data position (absent in older files: read as empty / 0).
+  std::string run_id;               ///< the run that wrote it (16 hex digits)
+  std::int64_t written_ns = 0;      ///< when it was written (Unix time, ns): orders runs
+  std::int64_t batch_size = 0;      ///< training.batch_size of the run
+  std::int64_t train_samples = 0;   ///< samples in the training set of the run
+  std::int64_t epoch_samples = 0;   ///< samples of epoch `epoch` already trained on
+  double epoch_loss_sum = 0;        ///< sum of their training losses
+  std::int64_t epoch_loss_samples = -1;  ///< samples epoch_loss_sum covers (-1: unknown)
 };
 
 /// This rank's share: layers [first_layer, first_layer + layer_count) of
@@ -42,13 +50,18 @@ struct CheckpointShard {
   int layer_count = 0;
   std::vector<T> parameters;
   std::vector<std::pair<std::string, std::vector<T>>> optimizer_state;
+  /// The layers' non-trainable state (running statistics) in layer order,
+  /// each layer's tensors in LayerShape::state order (Cell::state()).
+  std::vector<T> layer_state;
 };
 
 /// Writes the checkpoint `path` collectively over `comm` with parallel HDF5:
 /// every rank creates every dataset, each rank writes its own layers. Writes
-/// go to `path + ".tmp"`, renamed to `path` by rank 0 after all ranks have
-/// closed the file. Throws InputError (naming the file) if it cannot be
-/// written.
+/// go to `path + ".tmp"`; after all ranks have closed the file they agree on
+/// the outcome (one Allreduce of a flag): only if every rank succeeded does
+/// rank 0 rename it to `path`, else the .tmp file is removed and every rank
+/// throws the first failing rank's InputError (naming the file), so no rank
+/// is left waiting and no partial file takes a checkpoint's name.
 template <class T>
 void write_checkpoint(const std::string& path, const ModelSpec& model, const CheckpointInfo& info,
                       const CheckpointShard<T>& shard, MPI_Comm comm);
@@ -64,26 +77,51 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
                                const std::string& optimizer, CheckpointShard<T>& shard,
                                MPI_Comm comm);
 
-/// The root attributes (step, precision, the deck text, ...) and the
+/// The root attributes (step, precision, the deck text, run id, ...) and the
 /// normalization of checkpoint `path`, read by this process alone (not
 /// collective): what an inference run needs to rebuild the model. Throws
 /// InputError for a missing, unreadable or unsupported file.
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
-/// Name of the checkpoint after `step` steps: DIRECTORY/ckpt_000000123.h5.
-std::string checkpoint_path(const std::string& directory, std::int64_t step);
+/// A new run identity: 16 hex digits drawn on rank 0 (clock, process id,
+/// std::random_device) and broadcast. Collective.
+std::string new_run_id(MPI_Comm comm);
 
-/// The complete checkpoint with the highest step in `directory` (".tmp"
-/// files are ignored); throws InputError if there is none.
-std::string latest_checkpoint(const std::string& directory);
+/// Name of run `run`'s checkpoint after `step` steps:
+/// DIRECTORY/ckpt_000000123_<run>.h5 (DIRECTORY/ckpt_000000123.h5 if `run`
+/// is empty, the name older versions wrote). Runs sharing a directory never
+/// write each other's files.
+std::string checkpoint_path(const std::string& directory, std::int64_t step,
+                            const std::string& run = "");
 
 /// Removes the partial checkpoints (ckpt_*.h5.tmp, left by a run killed while
 /// writing) in `directory`; returns their paths. Call on one rank, before the
 /// run writes checkpoints there. A missing directory holds none.
 std::vector<std::string> remove_partial_checkpoints(const std::string& directory);
 
-/// Removes all but the `keep` newest complete checkpoints in `directory`.
-void prune_checkpoints(const std::string& directory, int keep);
+/// The checkpoint --restart latest takes, and those it passed over.
+struct LatestCheckpoint {
+  std::string path;                  ///< the newest usable checkpoint
+  CheckpointInfo info;               ///< its header (on rank 0; step on every rank)
+  std::vector<std::string> skipped;  ///< "path: reason", newer ones that are damaged or incompatible
+};
+
+/// The newest complete, readable checkpoint in `directory` of a run
+/// compatible with `model`, `precision` and `optimizer` (same layers and
+/// shapes). Newest = latest `written_ns` (file modification time for files
+/// without it), then highest step. Candidates are inspected on rank 0 only
+/// (header and every dataset's shape; ".tmp" files are ignored) and the
+/// choice is broadcast, so all ranks open the same file even when a shared
+/// file system shows them different listings. Collective. Throws InputError
+/// on every rank if there is none, listing what was skipped and why.
+LatestCheckpoint find_latest_checkpoint(const std::string& directory, const ModelSpec& model,
+                                        const std::string& precision,
+                                        const std::string& optimizer, MPI_Comm comm);
+
+/// Removes run `run`'s checkpoints in `directory` except its `keep` (>= 1)
+/// highest steps. Files of other runs (other ids, or no id) are never
+/// touched, nor the newest checkpoint of `run`. Not collective (call on one rank).
+void prune_checkpoints(const std::string& directory, const std::string& run, int keep);
 
 /// HDF5 group of layer `index`: "/layers/003_dense".
 std::string layer_group(std::int64_t index, const std::string& type);

@@ -86,8 +86,16 @@ Dataset load_hdf5_inputs(const std::string& file, const std::string& inputs);
 void standardize_targets(Dataset& data, NormalizationStats& stats, bool fit);
 
 /// Standardizes inputs in place: (x - mean) / stddev, all features pooled;
-/// mean and stddev are computed from `data` and stored into `norm` if `fit`.
+/// mean and stddev are computed from `data` and stored into `norm` if `fit`
+/// (two passes in double, the population standard deviation; stddev = 1 when
+/// all inputs are equal). Exact to float rounding for finite inputs of any
+/// magnitude (1e-30 .. 3e38).
 void standardize(Dataset& data, Normalization& norm, bool fit);
+
+/// Throws InputError if an input or a regression target is NaN or infinite,
+/// naming the file (data.name, or data.labels_name for targets), the 0-based
+/// sample and feature (or output), and the value.
+void check_finite(const Dataset& data);
 
 /// Loads an IDX image file (N, rows, cols) and an IDX label file (N),
 /// keeping the first `limit` samples (0 = all). Images become float

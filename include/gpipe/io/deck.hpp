@@ -12,12 +12,21 @@
 
 namespace gpipe {
 
+/// What a step does when its loss or a gradient is NaN or infinite on any rank
+/// (decided collectively, the same on every rank).
+enum class NonFinite {
+  Abort,     ///< stop with an error naming the step, cell and first layer (default)
+  SkipStep,  ///< discard the step's gradients: no update; the step is counted as skipped
+  Ignore     ///< apply the update anyway (the results are marked as not finite)
+};
+
 struct TrainingSpec {
   std::int64_t epochs = 1;
   std::int64_t batch_size = 128;   ///< mini-batch size N
   int micro_batches = 1;           ///< M
   bool shuffle = true;
   std::int64_t progress_every = 50;  ///< steps between progress lines (0 = none)
+  NonFinite nonfinite = NonFinite::Abort;  ///< training.nonfinite
 };
 
 struct PipelineSpec {
@@ -75,5 +84,11 @@ Deck parse_deck(const std::string& text, const std::string& name,
 
 /// Keys accepted by --set (dotted paths).
 const std::vector<std::string>& settable_keys();
+
+/// The documented domain of a scalar deck key (a dotted path such as
+/// "optimizer.lr"), as the parser checks it and docs/input-deck.md lists it:
+/// e.g. "a finite number > 0", "an integer >= 0", "a number in [0, 1)",
+/// "constant or cosine". Throws InputError for an unknown key.
+std::string key_domain(const std::string& key);
 
 }  // namespace gpipe

@@ -64,7 +64,14 @@ class Layer {
     (void)values;
     (void)gradients;
   }
-  /// Writes deterministic initial values keyed by (seed, index(), element).
+  /// Points the layer's non-trainable state (shape().state, e.g. running
+  /// statistics) at `values`: state_count() elements in MemSpace, a slice of
+  /// the cell's state buffer. The layer updates it in training forward passes
+  /// that are not recomputes; the optimizer never touches it.
+  virtual void bind_state(T* values) { (void)values; }
+  std::int64_t state_count() const { return shape_.state_count(); }
+  /// Writes deterministic initial values keyed by (seed, index(), element),
+  /// to the parameters and the state.
   virtual void initialize(std::uint64_t seed) { (void)seed; }
   /// Allocates the layer's temporary workspace (e.g. im2col columns) for
   /// micro-batches of up to `rows` samples. The cell calls it once, so steps

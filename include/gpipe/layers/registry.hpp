@@ -87,6 +87,9 @@ struct LayerEntry {
   std::vector<ParameterSpec> (*parameters)(const LayerConfig& config, const Shape& input) = nullptr;
   /// Saved state for backward (null: none).
   SavedSize (*saved)(const LayerConfig& config, const Shape& input) = nullptr;
+  /// Non-trainable tensors the layer updates itself (running statistics):
+  /// never touched by the optimizer, stored in checkpoints (null: none).
+  std::vector<ParameterSpec> (*state)(const LayerConfig& config, const Shape& input) = nullptr;
   /// Floating-point operations of forward + backward for `batch` samples;
   /// without the input gradient when input_gradient is false (the model's
   /// first layer computes none).

@@ -48,9 +48,11 @@ struct LayerShape {
   Shape input, output;                    ///< per sample
   std::vector<ParameterSpec> parameters;  ///< storage order
   SavedSize saved;                        ///< state forward() keeps for backward()
+  std::vector<ParameterSpec> state;       ///< non-trainable tensors (running statistics)
 
   const std::string& type() const { return spec.type; }
   std::int64_t parameter_count() const;
+  std::int64_t state_count() const;
   /// Forward + backward FLOPs for `batch` samples (see LayerEntry::flops).
   double flops(std::int64_t batch, bool input_gradient = true) const;
 };

@@ -91,6 +91,9 @@ class Cell {
   /// tensors concatenated in layer order, each in its parameter_specs() order.
   Vector<T> parameters() const { return params_; }
   Vector<T> gradients() const { return grads_; }
+  /// The layers' non-trainable state (running statistics), one flat buffer
+  /// in layer order, each layer's tensors in shape().state order.
+  Vector<T> state() const { return state_; }
   const std::vector<std::unique_ptr<Layer<T>>>& layers() const { return layers_; }
 
   int rank() const { return comm_.rank(); }
@@ -116,6 +119,12 @@ class Cell {
   LossSums run(const Schedule& schedule, const CellBufferPlan& plan, ConstMatrix<T> inputs,
                const Targets<T>& targets,
                std::int64_t n, std::uint64_t step, bool training);
+  // The traffic part of run(): posts the receives and executes the ops.
+  // Posts receives as `posts` says ([0]: before op 0, [i + 1]: after op i) and runs `ops`.
+  LossSums run_posted(const std::vector<Op>& ops, const std::vector<std::vector<int>>& posts,
+                      bool training);
+  // Cancels and frees every posted operation (a step that threw).
+  void abandon() noexcept;
   void forward(int m, bool keep, bool training, LossSums& sums);
   void post_receives(int m, bool training);
   void backward(int m);
@@ -129,7 +138,7 @@ class Cell {
   CellBufferPlan train_plan_;
   int first_layer_ = 0;
   std::vector<std::unique_ptr<Layer<T>>> layers_;
-  Vector<T> params_, grads_;
+  Vector<T> params_, grads_, state_;
   std::int64_t capacity_ = 0;  // rows per micro-batch buffer
   std::int64_t in_features_ = 0, out_features_ = 0;
 

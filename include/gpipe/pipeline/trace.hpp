@@ -34,7 +34,13 @@ struct TraceEvent {
 };
 
 /// Per-rank totals of one recorded step. compute = forward + backward +
-/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait.
+/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait;
+/// other = time between operations (staging, bookkeeping, preemption by the
+/// OS). All-reduce events overlap the others and are outside this accounting.
+/// Exact by construction: every interval between two consecutive clock reads
+/// of the step is attributed to exactly one category, in integer
+/// nanoseconds, so compute_ns + comm_ns + idle_ns + other_ns == step_ns
+/// always, whatever the load. The *_time fields are the same in seconds.
 struct StepSummary {
   std::int64_t step;
   double start;
@@ -43,15 +49,28 @@ struct StepSummary {
   double compute_time;
   double comm_time;
   double idle_time;
-  double idle_fraction;  ///< idle_time / step_time
+  double idle_fraction;  ///< idle_ns / step_ns
   std::int64_t peak_activation_bytes;
+  double other_time;
+  std::int64_t step_ns;
+  std::int64_t compute_ns;
+  std::int64_t comm_ns;
+  std::int64_t idle_ns;
+  std::int64_t other_ns;
 };
 
-/// Records events of sampled steps on one rank. Times come from MPI_Wtime
-/// minus `origin` (take the origin right after a barrier so ranks agree).
+/// Records events of sampled steps on one rank. Times are read from `clock`
+/// (integer nanoseconds of a monotonic clock; steady_clock by default) minus
+/// `origin_ns` (take the origin right after a barrier so ranks agree).
 class Tracer {
  public:
-  explicit Tracer(double origin) : origin_(origin) {}
+  using Clock = std::int64_t (*)();
+  /// Nanoseconds of std::chrono::steady_clock.
+  static std::int64_t steady_ns();
+
+  Tracer() : Tracer(steady_ns()) {}
+  explicit Tracer(std::int64_t origin_ns, Clock clock = &steady_ns)
+      : clock_(clock), origin_(origin_ns) {}
 
   /// Whether step `step` should be recorded when every `every`-th step is:
   /// step % every == 0, and also the step right after the first recorded one
@@ -66,6 +85,7 @@ class Tracer {
   /// Ends the step and appends its StepSummary (if recorded).
   void end_step(std::int64_t peak_activation_bytes);
   bool recording() const { return recording_; }
+  /// Seconds since the origin.
   double now() const;
 
   /// One operation: always a Kokkos profiling region ("gpipe::forward",
@@ -88,10 +108,20 @@ class Tracer {
   const std::vector<StepSummary>& steps() const { return steps_; }
 
  private:
-  double origin_;
+  // Reads the clock and attributes the interval since the previous read to
+  // the innermost open operation, or to "other" when none is open.
+  std::int64_t read();
+  double seconds(std::int64_t ns) const { return double(ns - origin_) * 1e-9; }
+
+  static constexpr int kOther = 9;  // index after the EventKinds
+  Clock clock_;
+  std::int64_t origin_;
   bool recording_ = false;
   std::int64_t step_ = 0;
-  double step_start_ = 0;
+  std::int64_t step_start_ = 0;
+  std::int64_t last_read_ = 0;
+  std::int64_t spent_[kOther + 1] = {};  // ns per EventKind, and other
+  std::vector<EventKind> open_;          // operations open now, innermost last
   std::size_t first_event_ = 0;
   std::vector<TraceEvent> events_;
   std::vector<StepSummary> steps_;

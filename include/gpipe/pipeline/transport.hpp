@@ -36,11 +36,21 @@ inline int backward_tag(int micro_batch) { return 2 * micro_batch + 1; }
 /// non-blocking MPI operation on it. When MemSpace is not host-accessible and
 /// GPIPE_ENABLE_GPU_AWARE_MPI is off, data is staged through a host mirror
 /// allocated once at construction.
+///
+/// The buffer owns its MPI request: it is move-only (a copy would share a
+/// posted buffer), and cancel() or the destructor cancels and frees an
+/// operation still pending, so an abandoned step leaves nothing that MPI may
+/// write into later and the next step posts into a clean buffer.
 template <class T>
 class BoundaryBuffer {
  public:
   BoundaryBuffer() = default;
   BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols);
+  ~BoundaryBuffer() { cancel(); }
+  BoundaryBuffer(const BoundaryBuffer&) = delete;
+  BoundaryBuffer& operator=(const BoundaryBuffer&) = delete;
+  BoundaryBuffer(BoundaryBuffer&& other) noexcept;
+  BoundaryBuffer& operator=(BoundaryBuffer&& other) noexcept;
 
   /// The first `rows` rows of the device buffer.
   Matrix<T> rows(std::int64_t rows) const;
@@ -60,6 +70,16 @@ class BoundaryBuffer {
   /// ranks and the sizes) and copies staged data to the device.
   void wait();
   bool pending() const { return request_ != MPI_REQUEST_NULL; }
+  /// Abandons the pending operation, if any, and frees its request:
+  /// MPI_Cancel, then a receive is waited for and a send tested. Unless MPI
+  /// confirms the cancel (or the send completed), MPI may still use the
+  /// buffer: it is kept alive until the process ends and this object
+  /// continues with a fresh buffer of the same shape. Either way the object
+  /// can post again; a message sent for the abandoned receive may still be
+  /// matched by a later receive with the same source and tag, which is why
+  /// an abandoned step poisons the Pipeline. Never throws; does nothing after
+  /// MPI_Finalize.
+  void cancel() noexcept;
 
  private:
   Matrix<T> device_;

@@ -17,7 +17,15 @@ namespace gpipe {
 
 struct EpochReport {
   std::int64_t epoch = 0;  ///< 1-based
-  double train_loss = 0;   ///< mean over the epoch's samples, as trained
+  double train_loss = 0;   ///< mean over the epoch's trained samples (see train_samples)
+  /// Samples train_loss covers: the whole epoch, also after a mid-epoch
+  /// restart (checkpoints carry the epoch's loss so far); fewer if steps were
+  /// skipped (training.nonfinite: skip_step) or the checkpoint predates that
+  /// record; train_loss_whole_epoch says which.
+  std::int64_t train_samples = 0;
+  bool train_loss_whole_epoch = true;
+  bool train_loss_finite = true;   ///< false if a non-finite loss entered it (nonfinite: ignore)
+  std::int64_t skipped_steps = 0;  ///< steps skipped for non-finite values in this epoch
   /// Regression: training-set metrics over the epoch's steps, as trained
   /// (weights changing during the epoch), in the data's units.
   RegressionMetrics train_metrics;
@@ -49,31 +57,37 @@ class Driver {
   /// Progress lines show the running mean loss (and, for a regression loss,
   /// the running training RMSE in the data's units); epoch lines the test
   /// loss and accuracy (classification) or test RMSE, MAE and R^2 (regression).
-  /// Trains until deck.training.epochs epochs are complete (resuming from
-  /// pipeline.steps_done() after a restart), evaluating `test` after each
-  /// epoch and writing checkpoints as deck.checkpoint asks. Sets the
-  /// pipeline's total steps (epochs x steps per epoch) for the learning-rate
-  /// schedule. Collective. Returns one report per epoch trained (empty if
+  /// Trains until deck.training.epochs epochs are complete, resuming at
+  /// pipeline.position() (the epoch and the samples of it already trained,
+  /// e.g. from restart_position() after a restart: resumption is by samples
+  /// seen, so another batch size continues at the same sample), evaluating
+  /// `test` after each epoch and writing checkpoints as deck.checkpoint asks
+  /// (named by the pipeline's run identity; pruning removes only this run's
+  /// older files). Sets the pipeline's total steps (steps done plus the steps
+  /// still to run) for the learning-rate schedule. Figures computed from
+  /// non-finite values are printed as "not finite". Collective. Returns one report per epoch trained (empty if
   /// the pipeline is already past the last epoch). Throws InputError if the
   /// training set is smaller than one step (fewer than micro_batches samples).
   std::vector<EpochReport> fit(const Dataset& train, const Dataset& test);
 
   /// Writes a checkpoint of the current step into deck.checkpoint.directory
   /// (nothing if no directory is set, unless `always`: then into the working
-  /// directory; nothing if this step is already saved) and prunes older ones to
-  /// deck.checkpoint.keep. Collective.
+  /// directory; nothing if this step is already saved), named by the
+  /// pipeline's run identity, and prunes this run's older ones to
+  /// deck.checkpoint.keep (other runs' files never). Collective.
   void checkpoint(bool always = false);
 
   /// The directory checkpoint(true) writes to: checkpoint.directory, else ".".
   std::string checkpoint_directory() const;
 
  private:
-  // One epoch's training steps from the pipeline's current step; returns the
-  // loss sums (valid on the last cell) and the samples seen.
-  std::pair<LossSums, std::int64_t> train_epoch(const Dataset& train, std::int64_t epoch,
-                                                double start);
-  void log_progress(std::int64_t epoch, std::int64_t step, const LossSums& sums, std::int64_t seen,
-                    double start);
+  // One epoch's training steps from the pipeline's position; returns the
+  // samples trained in this call.
+  std::int64_t train_epoch(const Dataset& train, double start);
+  void log_progress(std::int64_t step, std::int64_t seen, double start);
+  // The epoch's loss so far (on the last cell) onto every rank's position.
+  void share_loss();
+  void log_epoch(const EpochReport& r, std::int64_t epoch_samples);
 
   Pipeline<T>& pipeline_;
   std::ostream* log_;
@@ -83,6 +97,10 @@ class Driver {
   bool stopped_ = false;
   std::int64_t first_step_ = 0;  // the step this fit started from, and its time (for the ETA)
   double fit_start_ = 0;
+  // Regression: the loss sums (moments) of the applied steps of this epoch
+  // since this fit started (valid on the last cell), and their samples.
+  LossSums metric_sums_;
+  std::int64_t metric_samples_ = 0;
 };
 
 /// Driver<T>(pipeline, log).fit(train, test).

@@ -20,6 +20,7 @@
 #include "gpipe/pipeline/cell.hpp"
 #include "gpipe/pipeline/trace.hpp"
 #include "gpipe/pipeline/transport.hpp"
+#include "gpipe/train/restart.hpp"
 
 namespace gpipe {
 
@@ -29,6 +30,9 @@ struct Evaluation {
   /// Regression losses: RMSE, MAE, R^2 per output and overall, in the
   /// data's units (target normalization undone); empty for classification.
   RegressionMetrics regression;
+  /// False if any output was NaN or infinite (the loss is then not finite):
+  /// no figure is a valid result.
+  bool finite() const;
 };
 
 /// GPipe training of deck.model on the ranks of `comm`.
@@ -65,10 +69,26 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
+  /// Failures: the arguments are validated and staged on every rank and the
+  /// outcome, and n, agreed collectively before any other communication: a
+  /// bad argument on any rank (or different n on different ranks) throws
+  /// InputError on every rank and leaves the pipeline usable. A failure after
+  /// communication has started cancels and frees what this rank posted,
+  /// rethrows, and poisons the pipeline: every later collective call throws
+  /// StateError (another rank may then be blocked: such failures, e.g. an MPI
+  /// error, are not recoverable in MPI).
+  ///
   /// One synchronous step (all M micro-batches, then one optimizer update)
   /// on samples order[begin, begin + n) of `data` (D x M <= n <= batch_size).
   /// Collective. Returns the loss sums of all n samples (valid on the last
-  /// cell of every replica; see from_last()).
+  /// cell of every replica; see from_last()). Before the update, the loss and
+  /// every (reduced) gradient are checked for NaN and infinity, and all ranks
+  /// agree (one MPI_Allreduce of two ints) so all take the same decision, per
+  /// deck.training.nonfinite: abort throws AgreedError<PipelineError> on
+  /// every rank naming the step, the cell and the first layer with a
+  /// non-finite gradient, the parameters unchanged; skip_step leaves the
+  /// parameters and optimizer state unchanged (the step still counts, see
+  /// skipped_steps()); ignore applies the update.
   LossSums step(const Dataset& data, const std::vector<std::int64_t>& order, std::int64_t begin,
                 std::int64_t n);
 
@@ -124,14 +144,41 @@ class Pipeline {
   /// As from_last(double), for a vector (its size as the last cell holds it).
   std::vector<double> from_last(std::vector<double> values) const;
 
-  /// Writes the state (parameters, optimizer state, step) to `path`: one
-  /// copy, written by replica 0's pipeline (the replicas are identical).
-  /// Collective; an error on any rank is thrown as InputError on every rank.
+  /// Writes the state (parameters, optimizer state, step, run identity, data
+  /// position) to `path`: one copy, written by replica 0's pipeline (the
+  /// replicas are identical). Collective. Throws AgreedError<PipelineError>
+  /// on every rank, writing nothing, if any parameter or optimizer state is
+  /// NaN or infinite (naming the cell and layer); an error on any rank while
+  /// writing is thrown as InputError on every rank (see write_checkpoint).
   void save_checkpoint(const std::string& path);
   /// Restores the state from `path`, written with any grid (D, K); every
-  /// replica reads it. Collective; throws InputError (see read_checkpoint)
-  /// on every rank if any rank fails.
+  /// replica reads it, and the run continues (run_id(), position()).
+  /// Collective; throws InputError (see read_checkpoint) on every rank if any
+  /// rank fails.
   CheckpointInfo load_checkpoint(const std::string& path);
+
+  /// Steps whose update was skipped for non-finite values (nonfinite: skip_step).
+  std::int64_t skipped_steps() const { return skipped_steps_; }
+  /// False if the last step's loss or a gradient was not finite on some rank.
+  bool last_step_finite() const { return last_step_finite_; }
+  /// False if the last step's update was skipped (nonfinite: skip_step).
+  bool last_step_applied() const { return last_step_applied_; }
+  /// This run's identity: new per Pipeline (drawn on rank 0), or that of the
+  /// checkpoint load_checkpoint() restored (the run continues); it names the
+  /// run's checkpoint files (checkpoint_path).
+  const std::string& run_id() const { return run_id_; }
+  /// Where training stands in the data (on every rank). Advanced by the
+  /// driver, set by set_position() (e.g. from restart_position() after
+  /// load_checkpoint()); written into checkpoints.
+  const DataPosition& position() const { return position_; }
+  void set_position(const DataPosition& p) { position_ = p; }
+  /// Samples of the training set (recorded in checkpoints; 0 = unknown).
+  void set_train_samples(std::int64_t samples) { train_samples_ = samples; }
+  /// The fewest samples one step takes: D x M (every replica's shard needs
+  /// a sample per micro-batch).
+  std::int64_t min_step_samples() const {
+    return std::int64_t(shape_.replicas) * deck_.training.micro_batches;
+  }
 
   /// All parameters of the model in layer order, gathered on the first cell
   /// of every replica, rank 0 included (empty elsewhere): the same layout
@@ -179,12 +226,34 @@ class Pipeline {
   // The staged targets the loss reads: labels or float target rows.
   Targets<T> staged_targets() const;
   LossSums step_staged(std::int64_t n, const MicroBatch& shard);
+  std::vector<T> predict_staged(std::int64_t n, const MicroBatch& shard);
+  // Validates and stages a batch (stage() returns the shard) on every rank,
+  // agrees on the outcome and on n (agree_on_batch), then returns run(shard);
+  // a failure in run poisons the pipeline.
+  template <class Stage, class Run>
+  auto agreed(std::int64_t n, const char* what, Stage&& stage, Run&& run);
+  // Throws InputError for a training batch the grid cannot split or a cosine
+  // schedule without a total step count.
+  void check_train_batch(std::int64_t n) const;
+  // Throws InputError on every rank if `error` is non-empty on any rank or
+  // the ranks' n differ. Collective.
+  void agree_on_batch(const std::string& error, std::int64_t n, const char* what) const;
+  // Throws StateError if an earlier call failed mid-way.
+  void check_usable() const;
   // Sums loss sums over the replica group on the last cells (D > 1).
   LossSums sum_over_replicas(LossSums sums) const;
   // Throws InputError on every rank if `error` is non-empty on any (a message
   // naming the other replica where this one succeeded).
   void agree(const std::string& error, const std::string& what) const;
   std::uint64_t checksum() const;
+  // The training.nonfinite check of one step (collective unless ignore):
+  // true if the update is to be applied; throws for abort.
+  bool check_finite(const LossSums& sums);
+  // Global index of the first layer of this cell with a non-finite value in
+  // `values` (laid out as the cell's parameters), or -1.
+  int first_nonfinite_layer(const Vector<T>& values) const;
+  // "layer 3 (dense) in cell 1"
+  std::string where_layer(int layer) const;
 
   Deck deck_;
   GridShape shape_;
@@ -207,7 +276,14 @@ class Pipeline {
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
   std::int64_t steps_per_epoch_ = 0;
-  Tracer tracer_{0.0};
+  std::string poisoned_;  // why the pipeline is unusable ("" = usable)
+  std::int64_t skipped_steps_ = 0;
+  bool last_step_finite_ = true;
+  bool last_step_applied_ = true;
+  std::string run_id_;
+  DataPosition position_;
+  std::int64_t train_samples_ = 0;
+  Tracer tracer_;
 };
 
 }  // namespace gpipe

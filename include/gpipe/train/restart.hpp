@@ -1,0 +1,46 @@
+#pragma once
+// Where a restarted run resumes in its training data.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpipe/io/checkpoint.hpp"
+#include "gpipe/io/deck.hpp"
+
+namespace gpipe {
+
+/// A run's place in its data: the epoch (0-based) of the next step, the
+/// samples of that epoch already trained on (in the epoch's order, see
+/// epoch_order), and the sum of their training losses (on the last rank
+/// while training; on every rank in checkpoints and reports).
+struct DataPosition {
+  std::int64_t epoch = 0;
+  std::int64_t epoch_samples = 0;
+  double epoch_loss_sum = 0;
+  /// Samples epoch_loss_sum covers: epoch_samples unless steps were skipped
+  /// (training.nonfinite: skip_step) or the checkpoint predates this record.
+  std::int64_t loss_samples = 0;
+};
+
+/// The position a restart from checkpoint `path` (header `info`) resumes at
+/// under `deck`, whose training set has `train_samples` samples. Resumes by
+/// samples seen: a different training.batch_size, training.micro_batches or
+/// number of ranks continues at the same sample of the same epoch. Throws
+/// InputError naming the changed keys when they make a mid-epoch position
+/// meaningless: the training set (data.format, data.train_images,
+/// data.train_labels, data.train_file, data.inputs_dataset, data.labels_dataset,
+/// data.train_limit, or its sample count) or its order (seed,
+/// training.shuffle). At an epoch boundary such changes are allowed and
+/// returned in `changed` (for a warning). Checkpoints older than these
+/// records resume by step with the batch size of their own deck.
+DataPosition restart_position(const CheckpointInfo& info, const std::string& path, const Deck& deck,
+                              std::int64_t train_samples, std::vector<std::string>* changed = nullptr);
+
+/// Optimizer steps of one epoch of `samples` samples from sample `offset` on:
+/// full batches of `batch_size`, plus a last partial batch if it holds at
+/// least `min_samples` samples (D x M: a sample per micro-batch per replica).
+std::int64_t steps_in_epoch(std::int64_t samples, std::int64_t offset, std::int64_t batch_size,
+                            std::int64_t min_samples);
+
+}  // namespace gpipe
