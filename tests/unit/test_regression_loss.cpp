@@ -169,12 +169,12 @@ TEST(RegressionDeck, LossKeysAndErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error("hinge"), "deck.yaml:4:9: model.loss: unknown loss 'hinge' (expected "
-                            "softmax_cross_entropy, mse, mae or huber)");
+  EXPECT_EQ(error("hinge"), "deck.yaml:4:9: model.loss: expected softmax_cross_entropy, mse, mae or "
+                            "huber, got 'hinge'");
   EXPECT_EQ(error("mse\n  huber_delta: 2"),
             "deck.yaml:5:16: model.huber_delta: only the huber loss has a delta (model.loss is mse)");
   EXPECT_EQ(error("huber\n  huber_delta: -1"),
-            "deck.yaml:5:16: model.huber_delta: expected a positive number, got -1");
+            "deck.yaml:5:16: model.huber_delta: expected a finite number > 0, got -1");
   EXPECT_EQ(error("softmax_cross_entropy", ", normalize_targets: standardize"),
             "deck.yaml:5:76: data.normalize_targets: only regression losses read float targets "
             "(model.loss is softmax_cross_entropy)");
