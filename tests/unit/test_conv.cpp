@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/deck_error.hpp"
 #include "../common/layer_harness.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
@@ -116,15 +117,7 @@ TEST(ConvValues, FlopCounts) {
 }
 
 std::string deck_error(const std::string& input, const std::string& layers) {
-  const std::string text = "model:\n  input: " + input + "\n  layers: " + layers +
-                           "\ndata: {train_images: a, train_labels: b, test_images: c, test_labels: d}"
-                           "\ntraining: {epochs: 1, batch_size: 4}\n";
-  try {
-    parse_deck(text, "cnn.yaml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::deck_error(input, layers, "cnn.yaml");
 }
 
 TEST(ConvShapeErrors, ExactMessages) {
