@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Local GPipe scaling study: gpipe-train under mpirun for K = 1..P ranks and a
-# list of micro-batch counts M, then the plots. See docs/scaling-studies.md.
+# Local GPipe scaling study: gpipe-train under mpirun for K = 1..P ranks (or
+# D x K splits of hybrid data x pipeline parallelism) and a list of
+# micro-batch counts M, then the plots. See docs/scaling-studies.md.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,7 +9,7 @@ cores="$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
 
 usage() {
   cat <<EOF
-usage: scripts/scaling_study.sh strong|weak|hybrid [options] [-- extra gpipe-train args]
+usage: scripts/scaling_study.sh strong|weak|hybrid|hybrid-weak [options] [-- extra gpipe-train args]
 
 Runs gpipe-train under mpirun for K = 1..P ranks (one pipeline cell per rank)
 and every M of a list, then draws the plots:
@@ -18,9 +19,13 @@ and every M of a list, then draws the plots:
            after --), so every run does the same number of steps; a study
            whose L0*P exceeds the training data is refused (not capped)
   hybrid   P = --max-ranks ranks, every split into D replicas x K cells
-           (K divides P; parallel.cells=K), fixed global N: runs are
-           OUT/D{d}_K{k}_M{m}.*, and a table of samples/s, the data-parallel
-           communication and the all-reduce overlap is printed (no plots)
+           (K divides P; parallel.cells=K), fixed global N
+  hybrid-weak  K = --cells cells per replica, D = 1..P/K replicas on D*K
+           ranks, N = N0*D and data.train_limit = L0*D (as weak, over D)
+Hybrid runs are OUT/D{d}_K{k}_M{m}.* (_r{r} with --repeats); at the end
+OUT/hybrid.csv (one row per point: samples/s, pipeline and data-parallel
+communication, all-reduce overlap; columns in docs/scaling-studies.md) and
+OUT/hybrid.png, both from scripts/plot_scaling.py.
 Combinations with M > N are skipped. Every run writes OUT/K{k}_M{m}.json (run
 summary), OUT/K{k}_M{m}.h5 (trace) and OUT/K{k}_M{m}.log (its output), or
 K{k}_M{m}_r{r}.* with --repeats; OUT/study.json records the study. Each
@@ -30,7 +35,9 @@ OUT/timeline_K{k}_M{m}.png (scripts/plot_timeline.py). A failed run is
 reported and the study goes on; the exit status is 1 if any run failed.
 
 options:
-  --max-ranks P           largest K (default: the number of cores, here $cores)
+  --max-ranks P           largest K; hybrid: the ranks; hybrid-weak: the most
+                          ranks D*K (default: the number of cores, here $cores)
+  --cells K               hybrid-weak: cells per replica (default 1)
   --micro-batches "LIST"  values of M (default "1 2 4 8")
   --deck FILE             input deck (default inputs/deep_mlp.yaml)
   --batch N               N (strong) or N0 (weak); default: the deck's batch_size
@@ -63,16 +70,17 @@ warn() { echo "scaling_study.sh: warning: $*" >&2; }
 [ $# -gt 0 ] || { usage >&2; exit 2; }
 case "$1" in
   -h|--help) usage; exit 0 ;;
-  strong|weak|hybrid) mode="$1"; shift ;;
-  *) die "first argument must be strong, weak or hybrid, not '$1' (see --help)" ;;
+  strong|weak|hybrid|hybrid-weak) mode="$1"; shift ;;
+  *) die "first argument must be strong, weak, hybrid or hybrid-weak, not '$1' (see --help)" ;;
 esac
 max_ranks="$cores"; mbs="1 2 4 8"; deck="$root/inputs/deep_mlp.yaml"; batch=""; out=""
-resume=false; dry_run=false; extra=(); repeats=1
+resume=false; dry_run=false; extra=(); repeats=1; cells=1
 need() { if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* ]]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --max-ranks) need "$@"; max_ranks="$2"; shift 2 ;;
     --micro-batches) need "$@"; mbs="$2"; shift 2 ;;
+    --cells) need "$@"; cells="$2"; shift 2 ;;
     --deck) need "$@"; deck="$2"; shift 2 ;;
     --batch) need "$@"; batch="$2"; shift 2 ;;
     --out) need "$@"; out="$2"; shift 2 ;;
@@ -87,6 +95,8 @@ done
 is_int() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 is_int "$repeats" || die "--repeats must be a positive integer, not '$repeats'"
 is_int "$max_ranks" || die "--max-ranks must be a positive integer, not '$max_ranks'"
+is_int "$cells" || die "--cells must be a positive integer, not '$cells'"
+[ "$cells" -le "$max_ranks" ] || die "--cells $cells exceeds --max-ranks $max_ranks"
 for m in $mbs; do is_int "$m" || die "--micro-batches: '$m' is not a positive integer"; done
 [ -n "${mbs// /}" ] || die "--micro-batches is empty"
 [ -f "$deck" ] || die "$deck: no such deck"
@@ -108,10 +118,12 @@ for a in ${extra[@]+"${extra[@]}"}; do
   if [[ "$a" == data.train_limit=* ]]; then limit0="${a#data.train_limit=}"; fi
 done
 limit0="${limit0:-0}"
-if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then  # never ask for more samples than the data holds
+if [[ "$mode" == *weak ]] && [ "$limit0" != 0 ]; then  # never ask for more samples than the data holds
+  scale=$max_ranks; what="K=$max_ranks"  # the largest factor of N0 and L0
+  if [ "$mode" = hybrid-weak ]; then scale=$((max_ranks / cells)); what="D=$scale"; fi
   samples="${DATASET_SAMPLES:-$(python3 "$root/scripts/dataset_samples.py" "$deck" ${extra[@]+"${extra[@]}"} 2>/dev/null || echo 0)}"
-  if [ "$samples" -gt 0 ] && [ $((limit0 * max_ranks)) -gt "$samples" ]; then
-    die "weak scaling to K=$max_ranks needs data.train_limit = $limit0*$max_ranks = $((limit0 * max_ranks)) samples but the training data holds $samples; pass data.train_limit=$((samples / max_ranks)) (or less) after --, or a smaller --max-ranks"
+  if [ "$samples" -gt 0 ] && [ $((limit0 * scale)) -gt "$samples" ]; then
+    die "weak scaling to $what needs data.train_limit = $limit0*$scale = $((limit0 * scale)) samples but the training data holds $samples; pass data.train_limit=$((samples / scale)) (or less) after --, or a smaller --max-ranks"
   fi
 fi
 out="${out:-runs/$mode-$(date +%Y%m%d-%H%M%S)}"
@@ -152,7 +164,7 @@ if [ -f "$out/study.json" ] && ! $resume && ! $dry_run; then
 fi
 if ! $dry_run; then
   mkdir -p "$out"
-  REPEATS="$repeats" "$pyjson" - "$out/study.json" "$mode" "$batch" "$deck" "$max_ranks" "$mbs" "$bin" \
+  REPEATS="$repeats" CELLS="$cells" "$pyjson" - "$out/study.json" "$mode" "$batch" "$deck" "$max_ranks" "$mbs" "$bin" \
       ${extra[@]+"${extra[@]}"} <<'EOF'
 import json, os, sys, time
 path, mode, n0, deck, p, mbs, binary, *extra = sys.argv[1:]
@@ -160,6 +172,8 @@ study = {"mode": mode, "N0": int(n0), "deck": deck, "max_ranks": int(p),
          "repeats": int(os.environ["REPEATS"]),
          "micro_batches": [int(m) for m in mbs.split()], "gpipe_train": binary,
          "extra_args": extra, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+if mode == "hybrid-weak":
+    study["cells"] = int(os.environ["CELLS"])
 if os.path.exists(path):
     old = json.load(open(path))
     for key in ("mode", "N0", "deck"):
@@ -188,46 +202,96 @@ if int(limit) and got is not None and got < int(limit):
 EOF
 }
 
-# ---- hybrid: one rank count, every D x K split
-if [ "$mode" = hybrid ]; then
-  p=$max_ranks
-  echo "hybrid: $p ranks as D x K, M in {$mbs}, N = $batch, deck $deck -> $out"
-  failed=0
-  for ((k = 1; k <= p; k++)); do
-    [ $((p % k)) -eq 0 ] || continue
-    d=$((p / k))
-    for m in $mbs; do
-      name="$out/D${d}_K${k}_M${m}"
-      if [ $((d * m)) -gt "$batch" ]; then echo "D=$d K=$k M=$m: skipped (D x M > N)"; continue; fi
-      if $resume && [ -f "$name.json" ]; then echo "D=$d K=$k M=$m: kept ($name.json exists)"; continue; fi
-      cmd=("${launcher[@]}")
-      if $openmpi && [ "$p" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
-      cmd+=(-n "$p" "$bin" "$deck" --set "training.batch_size=$batch" --set "training.micro_batches=$m"
-            --set "parallel.cells=$k" --summary "$name.json")
-      if $trace; then cmd+=(--trace "$name.h5"); fi
-      cmd+=(${extra[@]+"${extra[@]}"})
-      if $dry_run; then echo "${cmd[*]}"; continue; fi
-      rm -f "$name.json" "$name.h5"
-      if "${cmd[@]}" >"$name.log" 2>&1; then
-        "$pyjson" - "$d" "$k" "$m" "$name.json" <<'EOF'
+report_failure() {  # LABEL STATUS SECONDS NAME: the run's error lines
+  echo "$1: FAILED (exit $2) after $3 s; see $4.log:"
+  local errors
+  errors="$(grep -i 'error' "$4.log" | head -n 3 || true)"
+  if [ -z "$errors" ]; then errors="$(tail -n 5 "$4.log")"; fi
+  mapfile -t lines <<<"$errors"
+  printf '    %s\n' "${lines[@]}"
+}
+
+hybrid_line() {  # D K M N json seconds requested_train_limit; status 3 if the limit was capped
+  "$pyjson" - "$@" <<'EOF'
 import json, sys
-d, k, m, path = sys.argv[1:]
+d, k, m, n, path, secs, limit = sys.argv[1:]
 s = json.load(open(path))
 c = s.get("communication", {})
 def f(key, fmt):
     return format(c[key], fmt) if key in c else "n/a"
-print(f"D={d} K={k} M={m}: {s['samples_per_second']:.1f} samples/s, pipeline comm "
+load = (s.get("machine_load") or {}).get("start")
+load = "n/a" if load is None else f"{load:.2f}"
+print(f"D={d} K={k} M={m} N={n}: {s['samples_per_second']:.1f} samples/s, pipeline comm "
       f"{f('pipeline_seconds_per_step', '.2e')} s/step, data-parallel comm "
       f"{f('data_parallel_seconds_per_step', '.2e')} s/step, all-reduce overlap "
-      f"{f('allreduce_overlap_fraction', '.3f')}")
+      f"{f('allreduce_overlap_fraction', '.3f') if int(d) > 1 else 'n/a'}, {secs} s, load {load}")
+got = s.get("train_samples")
+if int(limit) and got is not None and got < int(limit):
+    print(f"    CAPPED: data.train_limit = {limit} but the run trained on {got} samples", file=sys.stderr)
+    sys.exit(3)
 EOF
-      else
-        failed=$((failed + 1)); echo "D=$d K=$k M=$m: FAILED; see $name.log"
-      fi
+}
+
+# ---- hybrid and hybrid-weak: D replicas x K cells (parallel.cells=K)
+if [[ "$mode" == hybrid* ]]; then
+  points=()  # "D K"
+  if [ "$mode" = hybrid ]; then
+    for ((k = 1; k <= max_ranks; k++)); do
+      [ $((max_ranks % k)) -ne 0 ] || points+=("$((max_ranks / k)) $k")
+    done
+    echo "hybrid: $max_ranks ranks as D x K, M in {$mbs}, N = $batch, deck $deck -> $out"
+  else
+    for ((d = 1; d * cells <= max_ranks; d++)); do points+=("$d $cells"); done
+    echo "hybrid-weak: K = $cells, D = 1..$((max_ranks / cells)), M in {$mbs}, N = $batch*D," \
+         "data.train_limit = $limit0*D, deck $deck -> $out"
+  fi
+  failed=0
+  for point in "${points[@]}"; do
+    read -r d k <<<"$point"
+    p=$((d * k)); n=$batch; want=0
+    if [ "$mode" = hybrid-weak ]; then
+      n=$((batch * d))
+      [ "$limit0" = 0 ] || want=$((limit0 * d))
+    fi
+    for m in $mbs; do
+      if [ $((d * m)) -gt "$n" ]; then echo "D=$d K=$k M=$m N=$n: skipped (D x M > N)"; continue; fi
+      for ((r = 1; r <= repeats; r++)); do
+        name="$out/D${d}_K${k}_M${m}"
+        [ "$repeats" -eq 1 ] || name="${name}_r$r"
+        if $resume && [ -f "$name.json" ]; then echo "D=$d K=$k M=$m: kept ($name.json exists)"; continue; fi
+        cmd=("${launcher[@]}")
+        if $openmpi && [ "$p" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
+        cmd+=(-n "$p" "$bin" "$deck" --set "training.batch_size=$n" --set "training.micro_batches=$m"
+              --set "parallel.cells=$k" --summary "$name.json")
+        if $trace; then cmd+=(--trace "$name.h5"); fi
+        cmd+=(${extra[@]+"${extra[@]}"})
+        if [ "$want" -gt 0 ]; then cmd+=(--set "data.train_limit=$want"); fi
+        if $dry_run; then echo "${cmd[*]}"; continue; fi
+        rm -f "$name.json" "$name.h5"
+        start=$SECONDS
+        if "${cmd[@]}" >"$name.log" 2>&1; then
+          hybrid_line "$d" "$k" "$m" "$n" "$name.json" $((SECONDS - start)) "$want" || failed=$((failed + 1))
+        else
+          status=$?
+          failed=$((failed + 1))
+          report_failure "D=$d K=$k M=$m N=$n" "$status" $((SECONDS - start)) "$name"
+        fi
+      done
     done
   done
   $dry_run && exit 0
+  # The table, OUT/hybrid.csv and (with matplotlib) OUT/hybrid.png
+  plot_failed=0
+  if compgen -G "$out/D*_K*_M*.json" >/dev/null; then
+    if [ -n "$py" ]; then
+      "$py" "$root/scripts/plot_scaling.py" "$out" || plot_failed=1
+    else
+      warn "no python3 with h5py and matplotlib (set PYTHON): the table and hybrid.csv only"
+      "$pyjson" "$root/scripts/plot_scaling.py" "$out" --no-plot || plot_failed=1
+    fi
+  fi
   [ "$failed" -eq 0 ] || { echo "scaling_study.sh: $failed run(s) failed" >&2; exit 1; }
+  [ "$plot_failed" -eq 0 ] || exit 1
   exit 0
 fi
 
@@ -261,11 +325,7 @@ for ((k = 1; k <= max_ranks; k++)); do
     else
       status=$?
       failed=$((failed + 1))
-      echo "K=$k M=$m N=$n: FAILED (exit $status) after $((SECONDS - start)) s; see $name.log:"
-      errors="$(grep -i 'error' "$name.log" | head -n 3 || true)"
-      if [ -z "$errors" ]; then errors="$(tail -n 5 "$name.log")"; fi
-      mapfile -t lines <<<"$errors"
-      printf '    %s\n' "${lines[@]}"
+      report_failure "K=$k M=$m N=$n" "$status" $((SECONDS - start)) "$name"
     fi
    done
   done

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpipe/core/rng.hpp"
+#include "gpipe/io/trace_file.hpp"
 #include "gpipe/pipeline/trace.hpp"
 
 namespace gpipe {
@@ -85,6 +86,46 @@ TEST(TraceAccounting, ExactForAnyGaps) {
   ASSERT_EQ(t.steps().size(), 10u);
   for (const auto& s : t.steps())
     EXPECT_EQ(s.compute_ns + s.comm_ns + s.idle_ns + s.other_ns, s.step_ns) << s.step;
+}
+
+// The communication split and the all-reduce overlap from known events: per
+// rank and recorded step, overlap = 1 - reduce_wait / (first all-reduce
+// posted .. last completed), clamped to [0, 1], then averaged.
+TEST(TraceCommunication, OverlapFromKnownEvents) {
+  auto event = [](std::int64_t step, EventKind kind, double start, double end) {
+    return TraceEvent{step, std::int8_t(kind), -1, start, end, 0};
+  };
+  auto step = [](std::int64_t n) {
+    StepSummary s{};
+    s.step = n;
+    return s;
+  };
+  GatheredTrace t;
+  t.steps = {{step(5)}, {step(5)}};
+  t.events = {
+      // rank 0: two buckets over [1.0, 2.0], 0.2 s of it waited for: 80 % hidden
+      {event(5, EventKind::Send, 0.0, 0.1), event(5, EventKind::Receive, 0.2, 0.25),
+       event(5, EventKind::AllReduce, 1.0, 1.6), event(5, EventKind::AllReduce, 1.2, 2.0),
+       event(5, EventKind::ReduceWait, 1.8, 2.0),
+       event(7, EventKind::ReduceWait, 5.0, 9.0)},  // a step not recorded: ignored
+      // rank 1: waited longer than the reduction lasted (staging, the sum kernel): 0, not negative
+      {event(5, EventKind::AllReduce, 3.0, 3.4), event(5, EventKind::ReduceWait, 2.9, 3.5)}};
+  const auto c = t.communication();
+  EXPECT_NEAR(c.pipeline_seconds, (0.1 + 0.05) / 2, 1e-12);
+  EXPECT_NEAR(c.data_parallel_seconds, (0.2 + 0.6) / 2, 1e-12);
+  EXPECT_NEAR(c.allreduce_seconds, (1.0 + 0.4) / 2, 1e-12);
+  EXPECT_NEAR(c.overlap_fraction, (0.8 + 0.0) / 2, 1e-12);
+  EXPECT_GE(c.overlap_fraction, 0.0);
+  EXPECT_LE(c.overlap_fraction, 1.0);
+
+  // Without data parallelism (no all-reduce events): nothing to hide, overlap 0.
+  GatheredTrace p;
+  p.steps = {{step(0)}};
+  p.events = {{event(0, EventKind::Send, 0.0, 0.5)}};
+  const auto q = p.communication();
+  EXPECT_DOUBLE_EQ(q.pipeline_seconds, 0.5);
+  EXPECT_EQ(q.allreduce_seconds, 0.0);
+  EXPECT_EQ(q.overlap_fraction, 0.0);
 }
 
 }  // namespace
