@@ -233,7 +233,7 @@ def hybrid_report(a, mode, study, runs):
     import csv
     csv_path = a.csv or os.path.join(a.out_dir, "hybrid.csv")
     with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(HYBRID_COLUMNS)
         w.writerows(rows)
     print(f"{mode} scaling, {a.out_dir}" + (f", deck {study['deck']}" if "deck" in study else "")
@@ -293,6 +293,7 @@ def hybrid_report(a, mode, study, runs):
         ov = runs[key]["overlap"]
         if not math.isnan(ov):
             ax_c.annotate(f"{100 * ov:.0f}% hidden", (x, top), ha="center", va="bottom", fontsize=7)
+    ax_c.set_ylim(0, 1.35 * max([p + d for p, d in zip(pipe, dp)] + [1e-3]))  # room for the legend
     ax_c.set_xticks(list(pos))
     ax_c.set_xticklabels(clabels, fontsize=7)
     ax_c.set_ylabel("communication, % of the step")

@@ -75,6 +75,65 @@ out="$(DATASET_SAMPLES=60000 MPIRUN=false bash scripts/scaling_study.sh strong -
 expect "local repeats" 0 $? "-n 2 .*--summary $work/l/K2_M4_r3.json" "$out"
 [ "$(count 'gpipe-train ' "$out")" -eq 6 ] && ok || fail "local: expected 2 K x 3 repeats"$'\n'"$out"
 
+# ---- hybrid data x pipeline: the Slurm job body passes D and K (parallel.cells)
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=4 SLURM_CPUS_PER_TASK=2 \
+       SLURM_TASKS_PER_NODE="2(x2)" MS="4" OUT="$work/h" bash scripts/slurm/hybrid_scaling.sbatch 2>&1)"
+expect "hybrid job" 0 $? "D x K in \{4x1, 2x2, 1x4\}" "$out"
+[ "$(count '^srun --ntasks=4 --nodes=2 --cpus-per-task=2 ' "$out")" -eq 3 ] && ok \
+  || fail "hybrid: expected 3 job steps on all 4 ranks with --cpus-per-task=2"$'\n'"$out"
+expect "hybrid D=2 K=2" 0 0 "training.batch_size=256 .*--set parallel.cells=2 --summary $work/h/D2_K2_M4.json" "$out"
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=4 KS="3" M=4 OUT="$work/h" \
+       bash scripts/slurm/hybrid_scaling.sbatch 2>&1)"
+expect "hybrid K not dividing" 2 $? "K = 3 does not divide the job's 4 tasks" "$out"
+out="$(env -i PATH="$PATH" GPIPE_DRY_RUN=1 GPIPE_ROOT="$root" SLURM_NTASKS=8 SLURM_TASKS_PER_NODE="4(x2)" \
+       CELLS=2 M=4 N0=32 TRAIN_LIMIT=20000 DATASET_SAMPLES=60000 OUT="$work/hw" \
+       bash scripts/slurm/hybrid_weak_scaling.sbatch 2>&1)"
+expect "hybrid-weak refuses D=4" 1 $? "D=4 K=2: REFUSED: weak scaling needs data.train_limit = 20000\*4 = 80000" "$out"
+expect "hybrid-weak D=2" 0 0 "srun --ntasks=4 --nodes=1 .*training.batch_size=64 .*parallel.cells=2 .*D2_K2_M4.json .*data.train_limit=40000" "$out"
+expect "hybrid-weak D=1" 0 0 "srun --ntasks=2 --nodes=1 .*training.batch_size=32 .*D1_K2_M4.json .*data.train_limit=20000" "$out"
+for f in scripts/slurm/hybrid_scaling.sbatch scripts/slurm/hybrid_weak_scaling.sbatch; do
+  grep -q '^#SBATCH --exclusive' "$f" && grep -q '^#SBATCH --signal=USR1@' "$f" && ok \
+    || fail "$f: needs #SBATCH --exclusive and --signal=USR1@margin"
+done
+out="$(bash scripts/slurm/submit_study.sh hybrid --ranks 8 --micro-batches "4 8" --tasks-per-node 4 --dry-run 2>&1)"
+expect "submit hybrid" 0 $? "MS=\"4 8\" REPEATS=1 N=256 sbatch --parsable --job-name=gpipe-hybrid --nodes=2 --ntasks=8 --ntasks-per-node=4 .*hybrid_scaling.sbatch" "$out"
+out="$(DATASET_SAMPLES=60000 bash scripts/slurm/submit_study.sh hybrid-weak --cells 2 --replicas "1 2 4" \
+       --micro-batches 8 --tasks-per-node 4 --dry-run -- --set data.train_limit=10000 2>&1)"
+expect "submit hybrid-weak" 0 $? "CELLS=2 DS=\"1 2 4\" N0=256 sbatch .*--nodes=2 --ntasks=8 .*hybrid_weak_scaling.sbatch" "$out"
+
+# ---- local hybrid studies (dry run)
+out="$(MPIRUN=false bash scripts/scaling_study.sh hybrid --max-ranks 4 --micro-batches "2 4" --out "$work/lh" \
+       --dry-run 2>&1)"
+expect "local hybrid" 0 $? "-n 4 .*training.micro_batches=4 --set parallel.cells=2 --summary $work/lh/D2_K2_M4.json" "$out"
+[ "$(count 'gpipe-train ' "$out")" -eq 6 ] && ok || fail "local hybrid: expected 3 splits x 2 M"$'\n'"$out"
+out="$(DATASET_SAMPLES=60000 MPIRUN=false bash scripts/scaling_study.sh hybrid-weak --max-ranks 4 --cells 2 \
+       --micro-batches 4 --out "$work/lw" --dry-run -- --set data.train_limit=1000 2>&1)"
+expect "local hybrid-weak" 0 $? "-n 4 .*training.batch_size=512 .*parallel.cells=2 .*D2_K2_M4.json .*data.train_limit=2000$" "$out"
+[ "$(count 'gpipe-train ' "$out")" -eq 2 ] && ok || fail "local hybrid-weak: expected D = 1, 2"$'\n'"$out"
+
+# ---- plot_scaling.py on a hybrid study: the CSV (no matplotlib needed with --no-plot)
+mkdir -p "$work/hc"
+python3 - "$work/hc" <<'EOF'
+import json, sys
+d = sys.argv[1]
+json.dump({"mode": "hybrid", "N0": 64, "deck": "x.yaml", "max_ranks": 2}, open(f"{d}/study.json", "w"))
+def run(D, K, r, x, comm):
+    json.dump({"ranks": D * K, "replicas": D, "cells": K, "micro_batches": 4, "batch_size": 64,
+               "samples_per_second": x, "bubble_fraction_analytical": (K - 1) / (4 + K - 1),
+               "communication": comm, "machine_load": {"start": 1.5}}, open(f"{d}/D{D}_K{K}_M4_r{r}.json", "w"))
+for r, x in ((1, 190.0), (2, 200.0), (3, 210.0)):
+    run(2, 1, r, x, {"pipeline_seconds_per_step": 0.0, "data_parallel_seconds_per_step": 0.01,
+                     "allreduce_seconds_per_step": 0.05, "allreduce_overlap_fraction": 0.8})
+run(1, 2, 1, 160.0, {"pipeline_seconds_per_step": 0.002, "data_parallel_seconds_per_step": 0.0,
+                     "allreduce_seconds_per_step": 0.0, "allreduce_overlap_fraction": 0.0})
+EOF
+out="$(python3 scripts/plot_scaling.py "$work/hc" --no-plot 2>&1)"
+expect "hybrid table" 0 $? "^  2   1    4     64     200.00     1.250       0.00      3.12   0.800    3    10.0  1.50$" "$out"
+# 2x1: median 200, relative 200/160, step 64/200 = 0.32 s, data-parallel share 0.01/0.32; 1x2: no all-reduce
+expect "hybrid csv header" 0 0 "^D,K,ranks,M,N,repeats,samples_per_second,spread_percent,relative,step_seconds,pipeline_comm_seconds_per_step,data_parallel_comm_seconds_per_step,allreduce_seconds_per_step,pipeline_comm_share,data_parallel_comm_share,allreduce_overlap_fraction,bubble_measured,bubble_analytical,load$" "$(cat "$work/hc/hybrid.csv")"
+expect "hybrid csv 2x1" 0 0 "^2,1,2,4,64,3,200.00,10.0,1.250,0.32,0,0.01,0.05,0.0000,0.0312,0.800,,0.000,1.50$" "$(cat "$work/hc/hybrid.csv")"
+expect "hybrid csv 1x2" 0 0 "^1,2,2,4,64,1,160.00,0.0,1.000,0.4,0.002,0,0,0.0050,0.0000,,,0.200,1.50$" "$(cat "$work/hc/hybrid.csv")"
+
 # ---- dataset_samples.py on a generated IDX label file (gzip) and on a bad deck
 python3 - "$work" <<'EOF'
 import gzip, struct, sys
