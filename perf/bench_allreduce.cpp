@@ -11,7 +11,6 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <cstdio>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -65,14 +64,5 @@ GPIPE_BUCKETS(Deterministic);
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2) {
-    if (rank == 0) std::fprintf(stderr, "gpipe_bench_allreduce: run with 2 or more ranks (mpirun -n 2)\n");
-    MPI_Finalize();
-    return 2;
-  }
-  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
-  return gpipe::bench::run_benchmarks(argc, argv);
+  return gpipe::bench::run_mpi_benchmarks(argc, argv, "gpipe_bench_allreduce", 2, 1 << 30);
 }

@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <chrono>
+#include <cstdio>
 
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -47,6 +48,24 @@ inline int run_benchmarks(int argc, char** argv) {
   }
   MPI_Finalize();
   return 0;
+}
+
+/// main() of a benchmark that needs `min_ranks`..`max_ranks` MPI ranks
+/// (MPI_Init is the caller's): refuses other counts with exit status 2, and
+/// only rank 0 prints.
+inline int run_mpi_benchmarks(int argc, char** argv, const char* name, int min_ranks, int max_ranks) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < min_ranks || size > max_ranks) {
+    if (rank == 0)
+      std::fprintf(stderr, "%s: run with %s %d ranks (mpirun -n %d)\n", name,
+                   min_ranks == max_ranks ? "exactly" : "at least", min_ranks, min_ranks);
+    MPI_Finalize();
+    return 2;
+  }
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+  return run_benchmarks(argc, argv);
 }
 
 }  // namespace gpipe::bench

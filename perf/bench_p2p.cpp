@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <cstdio>
 
 #include "bench_common.hpp"
 #include "gpipe/pipeline/transport.hpp"
@@ -46,14 +45,5 @@ BENCHMARK(PingPong)->Arg(1)->Arg(16)->Arg(32)->Arg(256)->Iterations(2000)->UseMa
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2) {
-    if (rank == 0) std::fprintf(stderr, "gpipe_bench_p2p: run with exactly 2 ranks (mpirun -n 2)\n");
-    MPI_Finalize();
-    return 2;
-  }
-  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
-  return gpipe::bench::run_benchmarks(argc, argv);
+  return gpipe::bench::run_mpi_benchmarks(argc, argv, "gpipe_bench_p2p", 2, 2);
 }

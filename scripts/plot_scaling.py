@@ -103,20 +103,27 @@ def median(values):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
-def load_runs(out_dir):
-    """{(K, M): point} with the repeats of each point combined (median throughput)."""
-    samples = {}
-    files = sorted(f for f in glob.glob(os.path.join(out_dir, "K*_M*.json"))
-                   if re.fullmatch(r"K\d+_M\d+(_r\d+)?\.json", os.path.basename(f)))
+def summaries(out_dir, pattern, name, required=REQUIRED):
+    """(path, summary) of every run summary in out_dir whose file name matches
+    `pattern` (e.g. K<k>_M<m>.json, `name` in the error), checked for the keys."""
+    files = sorted(f for f in glob.glob(os.path.join(out_dir, "*.json"))
+                   if re.fullmatch(pattern, os.path.basename(f)))
     if not files:
-        die(f"{out_dir}: no run summaries K<k>_M<m>.json")
+        die(f"{out_dir}: no run summaries {name}")
     for path in files:
         s = read_json(path)
         if not isinstance(s, dict):
             die(f"{path}: expected a JSON object")
-        missing = [k for k in REQUIRED if k not in s]
+        missing = [k for k in required if k not in s]
         if missing:
             die(f"{path}: missing key(s) {', '.join(missing)}")
+        yield path, s
+
+
+def load_runs(out_dir):
+    """{(K, M): point} with the repeats of each point combined (median throughput)."""
+    samples = {}
+    for path, s in summaries(out_dir, r"K\d+_M\d+(_r\d+)?\.json", "K<k>_M<m>.json"):
         K, M = int(s.get("cells", s["ranks"])), int(s["micro_batches"])
         bubble = s.get("bubble_fraction_measured")
         trace = path[:-len(".json")] + ".h5"
@@ -156,17 +163,7 @@ HYBRID_COLUMNS = ("D", "K", "ranks", "M", "N", "repeats", "samples_per_second", 
 def load_hybrid_runs(out_dir):
     """{(D, K, M): point} of a hybrid study, repeats combined (medians)."""
     samples = {}
-    files = sorted(f for f in glob.glob(os.path.join(out_dir, "D*_K*_M*.json"))
-                   if re.fullmatch(HYBRID_RE, os.path.basename(f)))
-    if not files:
-        die(f"{out_dir}: no run summaries D<d>_K<k>_M<m>.json")
-    for path in files:
-        s = read_json(path)
-        if not isinstance(s, dict):
-            die(f"{path}: expected a JSON object")
-        missing = [k for k in REQUIRED + ("replicas", "cells") if k not in s]
-        if missing:
-            die(f"{path}: missing key(s) {', '.join(missing)}")
+    for path, s in summaries(out_dir, HYBRID_RE, "D<d>_K<k>_M<m>.json", REQUIRED + ("replicas", "cells")):
         D, K, M = int(s["replicas"]), int(s["cells"]), int(s["micro_batches"])
         c = s.get("communication") or {}
         get = lambda key: math.nan if c.get(key) is None else float(c[key])

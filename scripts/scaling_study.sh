@@ -202,6 +202,14 @@ if int(limit) and got is not None and got < int(limit):
 EOF
 }
 
+base_cmd() {  # RANKS N M NAME: the launcher line of one run into cmd (more --set may follow)
+  cmd=("${launcher[@]}")
+  if $openmpi && [ "$1" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
+  cmd+=(-n "$1" "$bin" "$deck" --set "training.batch_size=$2" --set "training.micro_batches=$3"
+        --summary "$4.json")
+  if $trace; then cmd+=(--trace "$4.h5"); fi
+}
+
 report_failure() {  # LABEL STATUS SECONDS NAME: the run's error lines
   echo "$1: FAILED (exit $2) after $3 s; see $4.log:"
   local errors
@@ -259,12 +267,8 @@ if [[ "$mode" == hybrid* ]]; then
         name="$out/D${d}_K${k}_M${m}"
         [ "$repeats" -eq 1 ] || name="${name}_r$r"
         if $resume && [ -f "$name.json" ]; then echo "D=$d K=$k M=$m: kept ($name.json exists)"; continue; fi
-        cmd=("${launcher[@]}")
-        if $openmpi && [ "$p" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
-        cmd+=(-n "$p" "$bin" "$deck" --set "training.batch_size=$n" --set "training.micro_batches=$m"
-              --set "parallel.cells=$k" --summary "$name.json")
-        if $trace; then cmd+=(--trace "$name.h5"); fi
-        cmd+=(${extra[@]+"${extra[@]}"})
+        base_cmd "$p" "$n" "$m" "$name"
+        cmd+=(--set "parallel.cells=$k" ${extra[@]+"${extra[@]}"})
         if [ "$want" -gt 0 ]; then cmd+=(--set "data.train_limit=$want"); fi
         if $dry_run; then echo "${cmd[*]}"; continue; fi
         rm -f "$name.json" "$name.h5"
@@ -307,11 +311,7 @@ for ((k = 1; k <= max_ranks; k++)); do
     name="$out/K${k}_M${m}"
     [ "$repeats" -eq 1 ] || name="${name}_r$r"
     if $resume && [ -f "$name.json" ]; then echo "K=$k M=$m N=$n: kept ($name.json exists)"; continue; fi
-    cmd=("${launcher[@]}")
-    if $openmpi && [ "$k" -gt "$cores" ]; then cmd+=(--oversubscribe); fi
-    cmd+=(-n "$k" "$bin" "$deck" --set "training.batch_size=$n" --set "training.micro_batches=$m"
-          --summary "$name.json")
-    if $trace; then cmd+=(--trace "$name.h5"); fi
+    base_cmd "$k" "$n" "$m" "$name"
     cmd+=(${extra[@]+"${extra[@]}"})
     want=0
     if [ "$mode" = weak ] && [ "$limit0" != 0 ]; then

@@ -158,6 +158,19 @@ if [[ "$mode" == *weak ]]; then  # never ask for more samples than the data hold
     fi
   done
 fi
+one_job() {  # JOB_NAME RANKS LOG WHAT ENV: one job of RANKS ranks, every point a job step
+  local nodes=$(( ($2 + tpn - 1) / tpn )) per_node=$(( $2 < tpn ? $2 : tpn )) id
+  local cmd=(sbatch --parsable --job-name="$1" --nodes="$nodes" --ntasks="$2" --ntasks-per-node="$per_node"
+             --output="$3")
+  if [ "$gpn" -gt 0 ]; then cmd+=(--gpus-per-node="$per_node"); fi
+  # shellcheck disable=SC2206  # more sbatch options, split on purpose
+  cmd+=($sbatch_args "$script")
+  if $dry_run; then echo "$4, M in {$mbs}: $5 ${cmd[*]}"; exit 0; fi
+  id="$("${cmd[@]}")"
+  echo "one job $id: $4, M in {$mbs}, $repeats repeat(s) ($nodes node(s), $per_node ranks per node)"
+  echo "when it is done (squeue --me):  scripts/plot_scaling.py $out"
+  exit 0
+}
 jobs=0
 if [[ "$mode" == hybrid* ]]; then  # one job: every point is a job step of its allocation
   unset KS DS M N N0 CELLS
@@ -172,41 +185,16 @@ if [[ "$mode" == hybrid* ]]; then  # one job: every point is a job step of its a
     env="CELLS=$cells DS=\"$replicas\" N0=$batch"
     what="K = $cells, D in {$replicas}"
   fi
-  nodes=$(( (p + tpn - 1) / tpn )); per_node=$(( p < tpn ? p : tpn ))
-  cmd=(sbatch --parsable --job-name="gpipe-$mode" --nodes="$nodes" --ntasks="$p"
-       --ntasks-per-node="$per_node" --output="$out/$mode-%j.out")
-  if [ "$gpn" -gt 0 ]; then cmd+=(--gpus-per-node="$per_node"); fi
-  # shellcheck disable=SC2206  # more sbatch options, split on purpose
-  cmd+=($sbatch_args "$script")
-  if $dry_run; then
-    echo "$what, M in {$mbs}: MS=\"$mbs\" REPEATS=$repeats $env ${cmd[*]}"
-    exit 0
-  fi
-  id="$("${cmd[@]}")"
-  echo "one job $id: $what, M in {$mbs}, $repeats repeat(s) ($nodes node(s), $per_node ranks per node)"
-  echo "when it is done (squeue --me):  scripts/plot_scaling.py $out"
-  exit 0
+  one_job "gpipe-$mode" "$p" "$out/$mode-%j.out" "$what" "MS=\"$mbs\" REPEATS=$repeats $env"
 fi
 unset KS MS  # one point per job unless --one-job
 if $one_job; then
   kmax=0
   for k in $ranks; do [ "$k" -le "$kmax" ] || kmax="$k"; done
-  nodes=$(( (kmax + tpn - 1) / tpn )); per_node=$(( kmax < tpn ? kmax : tpn ))
-  cmd=(sbatch --parsable --job-name="gpipe-$mode-sweep" --nodes="$nodes" --ntasks="$kmax"
-       --ntasks-per-node="$per_node" --output="$out/sweep-%j.out")
-  if [ "$gpn" -gt 0 ]; then cmd+=(--gpus-per-node="$per_node"); fi
-  # shellcheck disable=SC2206  # more sbatch options, split on purpose
-  cmd+=($sbatch_args "$script")
   if [ "$mode" = strong ]; then export N="$batch"; env="N=$batch"; else export N0="$batch"; env="N0=$batch"; fi
   export KS="$ranks" MS="$mbs"
-  if $dry_run; then
-    echo "K in {$ranks}, M in {$mbs}: KS=\"$ranks\" MS=\"$mbs\" REPEATS=$repeats $env ${cmd[*]}"
-    exit 0
-  fi
-  id="$("${cmd[@]}")"
-  echo "one job $id: K in {$ranks}, M in {$mbs}, $repeats repeat(s) ($nodes node(s), $per_node ranks per node)"
-  echo "when it is done (squeue --me):  scripts/plot_scaling.py $out"
-  exit 0
+  one_job "gpipe-$mode-sweep" "$kmax" "$out/sweep-%j.out" "K in {$ranks}" \
+          "KS=\"$ranks\" MS=\"$mbs\" REPEATS=$repeats $env"
 fi
 for k in $ranks; do
   n=$([ "$mode" = strong ] && echo "$batch" || echo $((batch * k)))
