@@ -26,6 +26,7 @@
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
+#include "gpipe/layers/registry.hpp"
 #include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
@@ -122,6 +123,13 @@ std::string unreadable_data(const gpipe::DataSpec& data) {
   return "";
 }
 
+// The deck with the command line's --set and --trace overrides.
+gpipe::Deck read_deck(const Options& options) {
+  auto sets = options.sets;
+  if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
+  return gpipe::load_deck(options.deck, sets);
+}
+
 // --check: the deck and its overrides, the shape pass and the partition for
 // options.ranks ranks, printed as a run would print them; neither MPI nor
 // Kokkos is started (a login node of a GPU cluster). Data files are only
@@ -131,9 +139,7 @@ int check_deck(const Options& options, bool print) {
   gpipe::RunPlan plan;
   std::string error;
   try {
-    auto sets = options.sets;
-    if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
-    deck = gpipe::load_deck(options.deck, sets);
+    deck = read_deck(options);
     plan = gpipe::plan_run(deck, options.ranks);
     error = unreadable_data(deck.data);
   } catch (const gpipe::InputError& e) {
@@ -506,9 +512,7 @@ int main(int argc, char** argv) {
   gpipe::Deck deck;
   std::string error;
   try {
-    auto sets = options.sets;
-    if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
-    deck = gpipe::load_deck(options.deck, sets);
+    deck = read_deck(options);
   } catch (const gpipe::InputError& e) {
     error = e.what();
   }

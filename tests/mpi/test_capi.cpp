@@ -28,6 +28,19 @@ Batch batch(std::uint64_t seed) {
   return {d.inputs, d.labels};
 }
 
+// After rejected calls the trainer still takes the same step as a fresh
+// trainer's first (bitwise); then destroys it.
+void expect_usable_then_destroy(gpipe_trainer* t, const Batch& b) {
+  double loss = -1, fresh_loss = -2;
+  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
+  gpipe_trainer* fresh = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
+  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
+  EXPECT_EQ(loss, fresh_loss);
+  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 TEST(CApi, InitializeIsIdempotentWhenKokkosIsUp) {
   EXPECT_EQ(gpipe_initialize(nullptr, nullptr), GPIPE_OK);
   EXPECT_EQ(gpipe_finalize(), GPIPE_OK);  // does not finalize the test's Kokkos
@@ -251,15 +264,7 @@ TEST(CApi, RanksThatDisagreeAllFailAndTheTrainerStaysUsable) {
                 "gpipe_train_step: labels[5] = 9 is outside [0, 4)");
   // n out of range on rank 0 only.
   EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), rank == 0 ? 9 : 8, nullptr), GPIPE_ERROR_INPUT);
-  // Still usable: the same step as a fresh trainer's first.
-  double loss = -1, fresh_loss = -2;
-  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
-  gpipe_trainer* fresh = nullptr;
-  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
-  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
-  EXPECT_EQ(loss, fresh_loss);
-  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
-  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+  expect_usable_then_destroy(t, b);
 }
 
 // A NULL or invalid argument on one rank only: every collective entry point
@@ -308,15 +313,7 @@ TEST(CApi, AnArgumentRejectedOnOneRankFailsEveryRankWithTheSameStatus) {
   if (R > 1)
     EXPECT_EQ(gpipe_train_step(t, rank == 0 ? nullptr : b.inputs.data(), b.labels.data(), last ? 9 : 8, nullptr),
               GPIPE_ERROR_NULL_ARGUMENT);
-  // Still usable: the same step as a fresh trainer's first.
-  double loss = -1, fresh_loss = -2;
-  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
-  gpipe_trainer* fresh = nullptr;
-  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
-  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
-  EXPECT_EQ(loss, fresh_loss);
-  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
-  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+  expect_usable_then_destroy(t, b);
 }
 
 }  // namespace
