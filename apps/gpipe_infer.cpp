@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "abort_on_error.hpp"
+#include "cli.hpp"
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -83,9 +84,9 @@ int infer(const gpipe::Deck& deck, const gpipe::CheckpointInfo& info, const Opti
 }  // namespace
 
 int main(int argc, char** argv) {
-  gpipe::Runtime runtime(argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Options are parsed before MPI and Kokkos start: --help and --version
+  // never start them (a CUDA build on a login node).
+  const bool print = gpipe::app::launcher_rank() == 0;
   spdlog::set_pattern("gpipe-infer: %l: %v");
 
   CLI::App app{
@@ -113,14 +114,20 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", o.micro_batches,
                  "Micro-batches per forward pass (default: the deck's training.micro_batches)");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
+  app.footer(gpipe::app::kokkos_options_help());
   app.allow_extras();
   try {
     app.parse(argc, argv);
     for (const auto& extra : app.remaining())
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
   } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
+    if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
+    return e.get_exit_code() == 0 ? 0 : kExitInputError;
   }
+  const auto runtime = gpipe::app::start_runtime("gpipe-infer", argc, argv);
+  if (!runtime) return gpipe::app::kExitRuntimeError;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   gpipe::Deck deck;
   gpipe::CheckpointInfo info;

@@ -17,6 +17,8 @@
 #include <spdlog/spdlog.h>
 
 #include "abort_on_error.hpp"
+#include "cli.hpp"
+#include "partition_table.hpp"
 #include "gpipe/config.hpp"
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
@@ -24,15 +26,18 @@
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
+#include "gpipe/layers/registry.hpp"
 #include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
+#include "gpipe/train/plan.hpp"
 #include "gpipe/train/stop_signal.hpp"
 #include "run_record.hpp"
 
 namespace {
 
 using gpipe::app::kExitInputError;
+using gpipe::app::kExitRuntimeError;
 
 struct Options {
   std::string deck;
@@ -42,6 +47,9 @@ struct Options {
   std::string trace;
   bool quiet = false;    // warnings and errors only
   bool verbose = false;  // also debug messages (the run record), with timestamps
+  bool check = false;      // validate the deck and print the partition; no MPI, no Kokkos
+  int ranks = 1;           // --check: the rank count to partition for
+  bool list_keys = false;  // print the deck keys and their domains
   std::vector<std::string> command_line;
 };
 
@@ -80,47 +88,93 @@ nlohmann::json figure(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
+// The M >= 4K rule of thumb (GPipe), as a warning.
+void warn_bubble(const gpipe::Deck& deck, int cells) {
+  const int M = deck.training.micro_batches;
+  if (cells > 1 && M < 4 * cells)
+    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
+                 "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
+                 M, cells, gpipe::bubble_fraction(cells, M));
+}
+
 template <class T>
 void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                      const std::vector<std::int64_t>& bytes, const gpipe::Dataset& train,
                      const gpipe::Dataset& test) {
-  const auto& p = pipeline.partition();
-  const int K = p.cells(), M = deck.training.micro_batches, D = pipeline.grid().replicas;
-  if (D == 1)
-    fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
-               "micro-batches, schedule {}, re-materialization {}\n",
-               K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
-               gpipe::to_string(deck.pipeline.schedule), gpipe::to_string(deck.pipeline.remat));
-  else
-    fmt::print("gpipe-train: {} ranks = {} replicas (D) x {} cells (K), {} layers, precision {}, "
-               "mini-batch {} in {} shards of {} micro-batches, schedule {}, re-materialization {}\n"
-               "  grid: {}; gradient reduction {} in {} KiB buckets\n",
-               D * K, D, K, deck.model.layers.size(), deck.precision, deck.training.batch_size, D, M,
-               gpipe::to_string(deck.pipeline.schedule), gpipe::to_string(deck.pipeline.remat), pipeline.grid().describe(),
-               deck.parallel.deterministic_reduction ? "deterministic (replica order)" : "MPI_Iallreduce",
-               deck.parallel.bucket_kib);
-  const auto costs = p.cell_costs(pipeline.costs());
-  const auto shapes = gpipe::model_shapes(deck.model);
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
-  fmt::print("  input shape {}\n", deck.model.input_shape().str());
-  for (int k = 0; k < K; ++k) {
-    const int first = p.first_layer(k), count = p.counts[size_t(k)];
-    fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
-               first, first + count - 1, count, costs[size_t(k)], unit,
-               double(bytes[size_t(k)]) / (1 << 20));
-    for (int l = first; l < first + count; ++l) {
-      const auto& s = shapes[size_t(l)];
-      fmt::print("    layer {:>2} {:<17} output {:<16} {:>9} parameters\n", l, s.type(),
-                 s.output.str(), s.parameter_count());
-    }
-  }
-  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
-             p.imbalance(pipeline.costs()), gpipe::bubble_fraction(K, M));
+  gpipe::app::print_partition_table(
+      deck, {pipeline.grid(), pipeline.partition(), pipeline.costs(), unit, bytes});
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
-  if (K > 1 && M < 4 * K)
-    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
-                 "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
-                 M, K, gpipe::bubble_fraction(K, M));
+  warn_bubble(deck, pipeline.partition().cells());
+}
+
+// The deck's data files that cannot be opened ("" if all can), for --check.
+std::string unreadable_data(const gpipe::DataSpec& data) {
+  const std::vector<std::pair<const char*, const std::string*>> files =
+      data.format == "hdf5"
+          ? std::vector<std::pair<const char*, const std::string*>>{{"data.train_file", &data.train_file},
+                                                                   {"data.test_file", &data.test_file}}
+          : std::vector<std::pair<const char*, const std::string*>>{
+                {"data.train_images", &data.train_images}, {"data.train_labels", &data.train_labels},
+                {"data.test_images", &data.test_images}, {"data.test_labels", &data.test_labels}};
+  for (const auto& [key, path] : files)
+    if (!std::ifstream(*path))
+      return fmt::format("{}: cannot open {} (missing or unreadable)", *path, key);
+  return "";
+}
+
+// The deck with the command line's --set and --trace overrides.
+gpipe::Deck read_deck(const Options& options) {
+  auto sets = options.sets;
+  if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
+  return gpipe::load_deck(options.deck, sets);
+}
+
+// --check: the deck and its overrides, the shape pass and the partition for
+// options.ranks ranks, printed as a run would print them; neither MPI nor
+// Kokkos is started (a login node of a GPU cluster). Data files are only
+// checked to be readable.
+int check_deck(const Options& options, bool print) {
+  gpipe::Deck deck;
+  gpipe::RunPlan plan;
+  std::string error;
+  try {
+    deck = read_deck(options);
+    plan = gpipe::plan_run(deck, options.ranks);
+    error = unreadable_data(deck.data);
+  } catch (const gpipe::InputError& e) {
+    error = e.what();
+  }
+  if (!error.empty()) {
+    if (print) std::cerr << "gpipe-train: error: " << error << "\n";
+    return kExitInputError;
+  }
+  if (!print) return 0;
+  gpipe::app::print_partition_table(
+      deck, {plan.grid, plan.partition, plan.costs, plan.cost_unit, plan.activation_bytes});
+  warn_bubble(deck, plan.grid.cells);
+  if (plan.time_balance_approximated)
+    fmt::print("  pipeline.balance = time measures every layer when training starts; shown: the "
+               "flops partition\n");
+  fmt::print("gpipe-train: {}: deck valid for {} ranks (data files readable, not loaded; "
+             "neither MPI nor Kokkos started)\n",
+             options.deck, options.ranks);
+  return 0;
+}
+
+// --list-keys: every deck key with its domain, and the layer types with theirs.
+void list_keys() {
+  fmt::print("Deck keys (docs/input-deck.md), each settable with --set KEY=VALUE:\n");
+  for (const auto& key : gpipe::settable_keys())
+    fmt::print("  {:<32} {}\n", key, gpipe::key_domain(key));
+  fmt::print("  {:<32} {}\n", "model.input", "the per-sample input shape: [features] or [C, H, W]");
+  fmt::print("  {:<32} {}\n", "model.layers", "a list of layers, {type: TYPE, KEY: VALUE, ...}");
+  fmt::print("  {:<32} {}\n", "pipeline.balance (list)", "explicit layer counts per cell");
+  fmt::print("Layer types (model.layers) and their keys besides type:\n");
+  for (const auto& type : gpipe::layer_types()) {
+    const auto* entry = gpipe::find_layer_entry(type);
+    fmt::print("  {:<32} {}\n", type, entry->keys.empty() ? "-" : fmt::format("{}", fmt::join(entry->keys, ", ")));
+  }
 }
 
 // Regression metrics for the summary: overall and per output, data units.
@@ -379,23 +433,19 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
 int main(int argc, char** argv) {
   Options options;
   options.command_line.assign(argv, argv + argc);  // before Kokkos takes its options out
-  gpipe::Runtime runtime(argc, argv);
-  gpipe::install_stop_handlers();  // SIGTERM / SIGUSR1: finish the step, checkpoint, exit 75
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  // Options are parsed before MPI and Kokkos start: --help, --version,
+  // --list-keys and --check never start them (a CUDA build on a login node).
+  const bool print = gpipe::app::launcher_rank() == 0;
   spdlog::set_pattern("gpipe-train: %l: %v");
 
   CLI::App app{
       "Train a neural network with GPipe pipeline parallelism: the model of DECK is split into "
       "one cell per MPI rank; each mini-batch streams through the cells as micro-batches.\n\n"
       "  mpirun -n 2 gpipe-train inputs/fashion_mnist_mlp.yaml\n"
-      "  gpipe-train deck.yaml --set training.epochs=1 --set optimizer.lr=3e-4 --summary run.json\n\n"
-      "The deck format is documented in docs/input-deck.md. Kokkos options (--kokkos-...) are "
-      "accepted too.",
+      "  gpipe-train deck.yaml --set training.epochs=1 --set optimizer.lr=3e-4 --summary run.json\n"
+      "  gpipe-train deck.yaml --check --ranks 4      (validate and show the partition; no GPU needed)",
       "gpipe-train"};
-  app.add_option("deck", options.deck, "YAML input deck (model, data, training, optimizer, pipeline)")
-      ->required();
+  app.add_option("deck", options.deck, "YAML input deck (model, data, training, optimizer, pipeline)");
   app.add_option("--set", options.sets,
                  "Override a deck value, KEY=VALUE with KEY a dotted path (e.g. training.epochs=2, "
                  "pipeline.remat=always); repeatable")
@@ -416,7 +466,22 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", options.verbose,
                "Also print debug messages (the run record), with timestamps")
       ->excludes(quiet);
+  auto* check = app.add_flag("--check", options.check,
+                             "Validate DECK (with --set) without training: parse it, run the shape "
+                             "pass, check the data files are readable and print the partition for "
+                             "--ranks ranks; exit 0, or 2 with the error. Starts neither MPI nor "
+                             "Kokkos (works on a login node without a GPU)");
+  app.add_option("--ranks", options.ranks, "With --check: the number of MPI ranks to partition for")
+      ->check(CLI::PositiveNumber)
+      ->needs(check)
+      ->capture_default_str();
+  app.add_flag("--list-keys", options.list_keys,
+               "Print every deck key with its allowed values, and the layer types with their keys");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
+  app.footer(
+      "Deck keys: docs/input-deck.md documents every key of the YAML deck (also installed under "
+      "share/doc/gpipe); --list-keys prints them with their allowed values.\n\n" +
+      gpipe::app::kokkos_options_help());
   // Kokkos consumes the --kokkos-* options it knows; let other Kokkos
   // versions' options through rather than reject them.
   app.allow_extras();
@@ -424,19 +489,30 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     for (const auto& extra : app.remaining())
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
+    if (options.deck.empty() && !options.list_keys) throw CLI::RequiredError("deck");
   } catch (const CLI::ParseError& e) {
-    return rank == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : kExitInputError);
+    if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
+    return e.get_exit_code() == 0 ? 0 : kExitInputError;
   }
+  if (options.list_keys) {
+    if (print) list_keys();
+    return 0;
+  }
+  if (options.check) return check_deck(options, print);
+
+  const auto runtime = gpipe::app::start_runtime("gpipe-train", argc, argv);
+  if (!runtime) return kExitRuntimeError;
+  gpipe::install_stop_handlers();  // SIGTERM / SIGUSR1: finish the step, checkpoint, exit 75
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   spdlog::set_level(options.quiet ? spdlog::level::warn
                                   : options.verbose ? spdlog::level::debug : spdlog::level::info);
   if (options.verbose) spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] gpipe-train: %l: %v");
-
   gpipe::Deck deck;
   std::string error;
   try {
-    auto sets = options.sets;
-    if (!options.trace.empty()) sets.push_back("trace.file=" + options.trace);
-    deck = gpipe::load_deck(options.deck, sets);
+    deck = read_deck(options);
   } catch (const gpipe::InputError& e) {
     error = e.what();
   }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -36,16 +37,28 @@ inline benchmark::Counter rate(const benchmark::State& state, double amount) {
   return benchmark::Counter(amount * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-/// The benchmark executables' main: MPI, Kokkos, Google Benchmark (with the
-/// build description in the context), then finalize in reverse.
+/// The benchmark executables' main (MPI initialized by the caller): Kokkos,
+/// Google Benchmark (with the build description in the context), then
+/// finalize in reverse. A Kokkos that cannot start is "PROGRAM: error: ..."
+/// and status 1, not an abort.
 inline int run_benchmarks(int argc, char** argv) {
+  bool owns_kokkos = false;
+  try {
+    owns_kokkos = initialize_kokkos(argc, argv);
+  } catch (const std::exception& e) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
+    MPI_Finalize();
+    return 1;
+  }
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
     benchmark::Initialize(&argc, argv);
     benchmark::AddCustomContext("gpipe_build", build_description());
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   }
+  if (owns_kokkos) Kokkos::finalize();
   MPI_Finalize();
   return 0;
 }

@@ -29,6 +29,9 @@ def predict(checkpoint, x):
         scale = float(norm.get("input_scale", 1.0))
         mean = float(norm.get("input_mean", 0.0))
         std = float(norm.get("input_std", 1.0))
+        if len(norm.get("input_feature_mean", [])) > 0:   # data.normalize: standardize_per_feature
+            mean = np.asarray(norm["input_feature_mean"], dtype=np.float64)
+            std = np.asarray(norm["input_feature_std"], dtype=np.float64)
         h = (np.asarray(x, dtype=np.float64) * scale - mean) / std
         for name in sorted(f["layers"]):          # "000_dense", "001_tanh", ...
             kind = name.split("_", 1)[1]

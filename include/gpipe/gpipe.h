@@ -14,10 +14,15 @@
  *   own copy of the data; only the first cell reads inputs and only the last
  *   reads labels).
  *
- * - Collective calls agree on failure: if any rank rejects its arguments
- *   (a different n, a label out of range, ...) every rank returns an error
- *   status (that rank's message names the problem, the others' point to it)
- *   and the trainer stays usable. A failure after communication has started
+ * - Collective calls agree on their arguments before any communication: if
+ *   any rank rejects its arguments (a NULL pointer, a different n, a label
+ *   out of range, a deck that does not parse, ...) every rank returns the
+ *   same status, that of the lowest such rank R (R's message names the
+ *   problem; the others' read "<function>: rank R rejected its arguments:
+ *   <R's message>"), and the trainer stays usable. Only a NULL trainer (or
+ *   an uninitialized MPI) cannot be agreed on, having no communicator: that
+ *   rank returns GPIPE_ERROR_NULL_ARGUMENT at once, so pass a valid trainer
+ *   on every rank. A failure after communication has started
  *   (e.g. an MPI error) cancels what the rank posted and leaves the trainer
  *   unusable: later calls return GPIPE_ERROR_STATE; destroy it.
  *

@@ -9,6 +9,7 @@
 #include <string>
 #include <variant>
 
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/deck.hpp"
@@ -54,16 +55,24 @@ gpipe_status need_initialized(const char* function) {
                                      (finalized_kokkos ? " (gpipe_finalize has already run)" : ""));
 }
 
-// Collective: true on every rank if `error` is non-empty on any rank of the
-// trainer's communicator. The rank(s) with an error keep their message;
-// the others get one that points to them.
+// Collective over `comm`, before any other collective of an entry point:
+// agrees on the ranks' argument checks. `local` is this rank's status
+// (GPIPE_OK, or a failure whose message is in last_error). Returns the
+// lowest failing rank's status on every rank (GPIPE_OK if none failed); the
+// failing rank keeps its message, the others get "<function>: rank R
+// rejected its arguments: <R's message>". One MPI_Allreduce when all agree.
+gpipe_status agree_arguments(gpipe_status local, MPI_Comm comm, const char* function) {
+  const gpipe::Agreement a = gpipe::agree(int(local), local == GPIPE_OK ? std::string() : last_error, comm);
+  if (!a.failed) return GPIPE_OK;
+  if (local == GPIPE_OK)
+    last_error = std::string(function) + ": rank " + std::to_string(a.first_rank) +
+                 " rejected its arguments: " + a.message;
+  return gpipe_status(a.kind);
+}
+
 template <class Trainer>
-bool any_rank_failed(const Trainer& t, const char* function) {
-  int local = last_error.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, t->comm());
-  if (any && !local)
-    last_error = std::string(function) + ": another rank rejected its arguments (its gpipe_last_error names the problem)";
-  return any != 0;
+MPI_Comm comm_of(const Trainer& t) {
+  return std::visit([](const auto& p) { return p->comm(); }, t->impl);
 }
 
 // The n a training step accepts: D x micro_batches to batch_size; "" if fine.
@@ -115,6 +124,49 @@ gpipe_status create(gpipe::Deck deck, MPI_Comm comm, gpipe_trainer** out) {
   return GPIPE_OK;
 }
 
+// The frame of every collective entry point on a trainer. A NULL trainer
+// fails at once (there is no communicator to agree over). Otherwise `check`
+// (this rank's argument checks: a status, with last_error set on failure)
+// is agreed over the trainer's communicator before `body` runs any
+// collective, so an argument rejected on one rank fails the call on every
+// rank with the same status and none is left waiting.
+template <class Check, class Body>
+gpipe_status collective(const gpipe_trainer* trainer, const char* null_message, const char* function,
+                        Check&& check, Body&& body) {
+  if (!trainer) return fail(GPIPE_ERROR_NULL_ARGUMENT, null_message);
+  last_error.clear();
+  gpipe_status local = need_initialized(function);
+  if (local == GPIPE_OK) local = guarded(check);
+  const gpipe_status agreed = agree_arguments(local, comm_of(trainer), function);
+  if (agreed != GPIPE_OK) return agreed;
+  return guarded(body);
+}
+
+// Collective over `comm`: reads the deck with `read` on every rank and
+// agrees on the arguments and the deck before constructing the trainer
+// (whose construction communicates). `null_message`: the error when
+// `arguments_ok` is false.
+template <class Read>
+gpipe_status create_agreed(bool arguments_ok, const char* null_message, const char* function,
+                           Read&& read, MPI_Comm comm, gpipe_trainer** out) {
+  if (out) *out = nullptr;
+  int mpi = 0;
+  MPI_Initialized(&mpi);
+  if (!mpi) return fail(GPIPE_ERROR_STATE, std::string(function) + ": initialize MPI first");
+  if (comm == MPI_COMM_NULL)
+    return fail(GPIPE_ERROR_INPUT, std::string(function) + ": comm is MPI_COMM_NULL");
+  gpipe::Deck deck;
+  gpipe_status local = arguments_ok ? need_initialized(function) : fail(GPIPE_ERROR_NULL_ARGUMENT, null_message);
+  if (local == GPIPE_OK)
+    local = guarded([&] {
+      deck = read();
+      return GPIPE_OK;
+    });
+  const gpipe_status agreed = agree_arguments(local, comm, function);
+  if (agreed != GPIPE_OK) return agreed;
+  return guarded([&] { return create(std::move(deck), comm, out); });
+}
+
 }  // namespace
 
 extern "C" {
@@ -163,19 +215,16 @@ gpipe_status gpipe_finalize(void) {
 }
 
 gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpipe_trainer** out) {
-  if (!deck_yaml || !out)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_string: deck_yaml and out must not be NULL");
-  *out = nullptr;
-  if (need_initialized("gpipe_create_from_string") != GPIPE_OK) return GPIPE_ERROR_STATE;
-  return guarded([&] { return create(gpipe::parse_deck(deck_yaml, "<deck string>"), comm, out); });
+  return create_agreed(
+      deck_yaml && out, "gpipe_create_from_string: deck_yaml and out must not be NULL",
+      "gpipe_create_from_string",
+      [&] { return gpipe::parse_deck(deck_yaml, "<deck string>"); }, comm, out);
 }
 
 gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_trainer** out) {
-  if (!deck_path || !out)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_create_from_file: deck_path and out must not be NULL");
-  *out = nullptr;
-  if (need_initialized("gpipe_create_from_file") != GPIPE_OK) return GPIPE_ERROR_STATE;
-  return guarded([&] { return create(gpipe::load_deck(deck_path), comm, out); });
+  return create_agreed(
+      deck_path && out, "gpipe_create_from_file: deck_path and out must not be NULL",
+      "gpipe_create_from_file", [&] { return gpipe::load_deck(deck_path); }, comm, out);
 }
 
 gpipe_status gpipe_create_from_string_f(const char* deck_yaml, MPI_Fint comm, gpipe_trainer** out) {
@@ -203,63 +252,64 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
 
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss) {
-  if (!trainer || !inputs || !labels)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_train_step: trainer, inputs and labels must not be NULL");
-  if (need_initialized("gpipe_train_step") != GPIPE_OK) return GPIPE_ERROR_STATE;
-  return guarded([&] {
-    const gpipe_status local = check_train_arguments(trainer, labels, n);
-    const bool failed = std::visit([](const auto& t) { return any_rank_failed(t, "gpipe_train_step"); },
-                                   trainer->impl);
-    if (failed) return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
-    std::visit(
-        [&](auto& t) {
-          const double loss = t->from_last(t->step(inputs, labels, n).loss);
-          if (mean_loss) *mean_loss = loss / double(n);
-        },
-        trainer->impl);
-    return GPIPE_OK;
-  });
+  constexpr const char* null = "gpipe_train_step: trainer, inputs and labels must not be NULL";
+  return collective(
+      trainer, null, "gpipe_train_step",
+      [&] {
+        return !inputs || !labels ? fail(GPIPE_ERROR_NULL_ARGUMENT, null)
+                                  : check_train_arguments(trainer, labels, n);
+      },
+      [&] {
+        std::visit(
+            [&](auto& t) {
+              const double loss = t->from_last(t->step(inputs, labels, n).loss);
+              if (mean_loss) *mean_loss = loss / double(n);
+            },
+            trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* inputs,
                                       const float* targets, int64_t n, double* mean_loss) {
-  if (!trainer || !inputs || !targets)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT,
-                "gpipe_train_step_targets: trainer, inputs and targets must not be NULL");
-  if (need_initialized("gpipe_train_step_targets") != GPIPE_OK) return GPIPE_ERROR_STATE;
-  return guarded([&] {
-    const gpipe_status local = check_target_arguments(trainer, n);
-    const bool failed = std::visit(
-        [](const auto& t) { return any_rank_failed(t, "gpipe_train_step_targets"); }, trainer->impl);
-    if (failed) return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
-    std::visit(
-        [&](auto& t) {
-          const double loss = t->from_last(t->step(inputs, targets, n).loss);
-          if (mean_loss) *mean_loss = loss / double(n);
-        },
-        trainer->impl);
-    return GPIPE_OK;
-  });
+  constexpr const char* null = "gpipe_train_step_targets: trainer, inputs and targets must not be NULL";
+  return collective(
+      trainer, null, "gpipe_train_step_targets",
+      [&] {
+        return !inputs || !targets ? fail(GPIPE_ERROR_NULL_ARGUMENT, null)
+                                   : check_target_arguments(trainer, n);
+      },
+      [&] {
+        std::visit(
+            [&](auto& t) {
+              const double loss = t->from_last(t->step(inputs, targets, n).loss);
+              if (mean_loss) *mean_loss = loss / double(n);
+            },
+            trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 gpipe_status gpipe_predict(gpipe_trainer* trainer, const float* inputs, int64_t n, float* logits) {
-  if (!trainer || !inputs || !logits)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_predict: trainer, inputs and logits must not be NULL");
-  if (need_initialized("gpipe_predict") != GPIPE_OK) return GPIPE_ERROR_STATE;
-  return guarded([&] {
-    const gpipe_status local =
-        n < 1 ? fail(GPIPE_ERROR_INPUT, "gpipe_predict: n = " + std::to_string(n) + " samples, expected at least 1")
-              : GPIPE_OK;
-    if (std::visit([](const auto& t) { return any_rank_failed(t, "gpipe_predict"); }, trainer->impl))
-      return local != GPIPE_OK ? local : GPIPE_ERROR_INPUT;
-    std::visit(
-        [&](auto& t) {
-          const auto out = t->predict(inputs, n);
-          for (size_t i = 0; i < out.size(); ++i) logits[i] = float(out[i]);
-        },
-        trainer->impl);
-    return GPIPE_OK;
-  });
+  constexpr const char* null = "gpipe_predict: trainer, inputs and logits must not be NULL";
+  return collective(
+      trainer, null, "gpipe_predict",
+      [&] {
+        if (!inputs || !logits) return fail(GPIPE_ERROR_NULL_ARGUMENT, null);
+        if (n < 1)
+          return fail(GPIPE_ERROR_INPUT,
+                      "gpipe_predict: n = " + std::to_string(n) + " samples, expected at least 1");
+        return GPIPE_OK;
+      },
+      [&] {
+        std::visit(
+            [&](auto& t) {
+              const auto out = t->predict(inputs, n);
+              for (size_t i = 0; i < out.size(); ++i) logits[i] = float(out[i]);
+            },
+            trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count) {
@@ -272,27 +322,31 @@ gpipe_status gpipe_parameter_count(const gpipe_trainer* trainer, int64_t* count)
 }
 
 gpipe_status gpipe_get_parameters(gpipe_trainer* trainer, double* values, int64_t count) {
-  if (!trainer || !values)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_get_parameters: trainer and values must not be NULL");
-  return guarded([&] {
-    gpipe_status status = GPIPE_OK;
-    std::visit(
-        [&](auto& t) {
-          const std::int64_t total = t->total_parameters();
-          if (count != total) {
-            status = fail(GPIPE_ERROR_INPUT, "gpipe_get_parameters: count = " + std::to_string(count) +
-                                                 ", the model has " + std::to_string(total) + " parameters");
-            return;
-          }
-          auto all = t->gather_parameters();
-          std::vector<double> buffer(all.begin(), all.end());
-          buffer.resize(size_t(total));
-          MPI_Bcast(buffer.data(), int(total), MPI_DOUBLE, 0, t->comm());
-          std::copy(buffer.begin(), buffer.end(), values);
-        },
-        trainer->impl);
-    return status;
-  });
+  constexpr const char* null = "gpipe_get_parameters: trainer and values must not be NULL";
+  const auto total = [&] {
+    return std::visit([](const auto& t) { return std::int64_t(t->total_parameters()); }, trainer->impl);
+  };
+  return collective(
+      trainer, null, "gpipe_get_parameters",
+      [&] {
+        if (!values) return fail(GPIPE_ERROR_NULL_ARGUMENT, null);
+        if (count != total())
+          return fail(GPIPE_ERROR_INPUT, "gpipe_get_parameters: count = " + std::to_string(count) +
+                                             ", the model has " + std::to_string(total()) + " parameters");
+        return GPIPE_OK;
+      },
+      [&] {
+        std::visit(
+            [&](auto& t) {
+              auto all = t->gather_parameters();
+              std::vector<double> buffer(all.begin(), all.end());
+              buffer.resize(size_t(count));
+              MPI_Bcast(buffer.data(), int(count), MPI_DOUBLE, 0, t->comm());
+              std::copy(buffer.begin(), buffer.end(), values);
+            },
+            trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 gpipe_status gpipe_layout(const gpipe_trainer* trainer, int* replicas, int* cells, int* replica,
@@ -323,21 +377,23 @@ gpipe_status gpipe_set_total_steps(gpipe_trainer* trainer, int64_t total_steps) 
 }
 
 gpipe_status gpipe_save_checkpoint(gpipe_trainer* trainer, const char* path) {
-  if (!trainer || !path)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_save_checkpoint: trainer and path must not be NULL");
-  return guarded([&] {
-    std::visit([&](auto& t) { t->save_checkpoint(path); }, trainer->impl);
-    return GPIPE_OK;
-  });
+  constexpr const char* null = "gpipe_save_checkpoint: trainer and path must not be NULL";
+  return collective(
+      trainer, null, "gpipe_save_checkpoint", [&] { return path ? GPIPE_OK : fail(GPIPE_ERROR_NULL_ARGUMENT, null); },
+      [&] {
+        std::visit([&](auto& t) { t->save_checkpoint(path); }, trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 gpipe_status gpipe_load_checkpoint(gpipe_trainer* trainer, const char* path) {
-  if (!trainer || !path)
-    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_load_checkpoint: trainer and path must not be NULL");
-  return guarded([&] {
-    std::visit([&](auto& t) { t->load_checkpoint(path); }, trainer->impl);
-    return GPIPE_OK;
-  });
+  constexpr const char* null = "gpipe_load_checkpoint: trainer and path must not be NULL";
+  return collective(
+      trainer, null, "gpipe_load_checkpoint", [&] { return path ? GPIPE_OK : fail(GPIPE_ERROR_NULL_ARGUMENT, null); },
+      [&] {
+        std::visit([&](auto& t) { t->load_checkpoint(path); }, trainer->impl);
+        return GPIPE_OK;
+      });
 }
 
 }  // extern "C"

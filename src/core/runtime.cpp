@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "gpipe/config.hpp"
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/views.hpp"
 
@@ -34,10 +35,36 @@ Runtime::Runtime(int& argc, char**& argv) {
                        " (MPI_THREAD_FUNNELED) that the Kokkos " + ExecSpace::name() + " backend needs");
     }
   }
-  if (!Kokkos::is_initialized()) {
-    Kokkos::initialize(argc, argv);
-    owns_kokkos_ = true;
+  try {
+    owns_kokkos_ = initialize_kokkos(argc, argv);
+  } catch (...) {
+    if (owns_mpi_) MPI_Finalize();
+    throw;
   }
+}
+
+bool initialize_kokkos(int& argc, char**& argv) {
+  int already = Kokkos::is_initialized() ? 1 : 0;
+  std::string error;
+  if (!already) {
+    try {
+      Kokkos::initialize(argc, argv);
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {
+      error = "unknown exception";
+    }
+  }
+  const Agreement a = agree(error.empty() ? 0 : 3, error, MPI_COMM_WORLD);
+  if (a.failed) {
+    // A rank whose Kokkos did start keeps no half-started runtime behind.
+    if (error.empty() && !already && Kokkos::is_initialized()) Kokkos::finalize();
+    std::string message = a.message;
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+    throw StateError("Kokkos initialization failed on rank " + std::to_string(a.first_rank) + ": " +
+                     message);
+  }
+  return !already;
 }
 
 Runtime::~Runtime() {

@@ -7,6 +7,7 @@
 !   call check(gpipe_initialize_f())
 !   call check(gpipe_create(deck_text, MPI_COMM_WORLD, trainer))
 !   call check(gpipe_train_step(trainer, inputs, labels, n, loss))
+!   call check(gpipe_train_step_targets_f(trainer, inputs, targets, n, loss))  ! regression
 !   call check(gpipe_dimensions_f(trainer, features, classes, max_batch))
 !   call check(gpipe_predict_f(trainer, inputs, n, logits))
 !   call check(gpipe_save_checkpoint_f(trainer, "ckpt.h5"))
@@ -20,7 +21,7 @@ module gpipe
   implicit none
   private
   public :: gpipe_initialize_f, gpipe_finalize_f, gpipe_create, gpipe_destroy_f, &
-            gpipe_train_step, gpipe_predict_f, gpipe_last_error_f, gpipe_set_total_steps_f, &
+            gpipe_train_step, gpipe_train_step_targets_f, gpipe_predict_f, gpipe_last_error_f, gpipe_set_total_steps_f, &
             GPIPE_OK, gpipe_dimensions_f, gpipe_parameter_count_f, gpipe_get_parameters_f, &
             gpipe_save_checkpoint_f, gpipe_load_checkpoint_f
 
@@ -53,6 +54,16 @@ module gpipe
       type(c_ptr), value :: trainer
       real(c_float), dimension(*), intent(in) :: inputs
       integer(c_int32_t), dimension(*), intent(in) :: labels
+      integer(c_int64_t), value :: n
+      real(c_double), intent(out) :: loss
+      integer(c_int) :: status
+    end function
+    function c_train_step_targets(trainer, inputs, targets, n, loss) &
+        bind(C, name="gpipe_train_step_targets") result(status)
+      import :: c_int, c_ptr, c_float, c_int64_t, c_double
+      type(c_ptr), value :: trainer
+      real(c_float), dimension(*), intent(in) :: inputs
+      real(c_float), dimension(*), intent(in) :: targets
       integer(c_int64_t), value :: n
       real(c_double), intent(out) :: loss
       integer(c_int) :: status
@@ -148,7 +159,20 @@ contains
     status = c_train_step(trainer, inputs, labels, int(n, c_int64_t), loss)
   end function
 
-  !> Logits(classes, n) of inputs(features, n).
+  !> One regression training step (deck model.loss mse, mae or huber): inputs(features, n),
+  !> float targets(outputs, n); loss is the mean loss. Collective.
+  integer function gpipe_train_step_targets_f(trainer, inputs, targets, n, loss) result(status)
+    type(c_ptr), intent(in) :: trainer
+    real(c_float), intent(in) :: inputs(:, :)
+    real(c_float), intent(in) :: targets(:, :)
+    integer, intent(in) :: n
+    real(c_double), intent(out) :: loss
+    status = c_train_step_targets(trainer, inputs, targets, int(n, c_int64_t), loss)
+  end function
+
+  !> Outputs(classes, n) of inputs(features, n): class logits, or regression values. After
+  !> gpipe_load_checkpoint_f the checkpoint's normalization applies (gpipe.h, gpipe_predict):
+  !> pass raw inputs, regression outputs come back in the targets' units. Collective.
   integer function gpipe_predict_f(trainer, inputs, n, logits) result(status)
     type(c_ptr), intent(in) :: trainer
     real(c_float), intent(in) :: inputs(:, :)

@@ -97,12 +97,20 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
       h5::has_attribute(root, "epoch_loss_samples") ? optional_int("epoch_loss_samples") : -1;
   if (h5::has_attribute(root, "epoch_loss_sum"))
     info.epoch_loss_sum = h5::read_double_attribute(root, "epoch_loss_sum");
+  if (h5::has_attribute(root, "epoch_metric_samples")) {
+    info.epoch_metric_samples = optional_int("epoch_metric_samples");
+    info.epoch_metric_moments = h5::read_double_vector_attribute(root, "epoch_metric_moments");
+  }
   if (H5Lexists(root, "normalization", H5P_DEFAULT) > 0) {
     const h5::Handle g = h5::group(H5Gopen2(root, "normalization", H5P_DEFAULT));
     auto& n = info.normalization;
     n.input_scale = h5::read_double_attribute(g.get(), "input_scale");
     n.input_mean = h5::read_double_attribute(g.get(), "input_mean");
     n.input_std = h5::read_double_attribute(g.get(), "input_std");
+    if (h5::has_attribute(g.get(), "input_feature_mean")) {
+      n.input_feature_mean = h5::read_double_vector_attribute(g.get(), "input_feature_mean");
+      n.input_feature_std = h5::read_double_vector_attribute(g.get(), "input_feature_std");
+    }
     n.target_mean = h5::read_double_vector_attribute(g.get(), "target_mean");
     n.target_std = h5::read_double_vector_attribute(g.get(), "target_std");
   }
@@ -425,12 +433,16 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
         h5::write_attribute(root, "epoch_samples", (long long)info.epoch_samples);
         h5::write_attribute(root, "epoch_loss_sum", info.epoch_loss_sum);
         h5::write_attribute(root, "epoch_loss_samples", (long long)info.epoch_loss_samples);
+        h5::write_attribute(root, "epoch_metric_samples", (long long)info.epoch_metric_samples);
+        h5::write_attribute(root, "epoch_metric_moments", info.epoch_metric_moments);
         const auto& n = info.normalization;
         const h5::Handle g =
             h5::group(H5Gcreate2(root, "normalization", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
         h5::write_attribute(g.get(), "input_scale", n.input_scale);
         h5::write_attribute(g.get(), "input_mean", n.input_mean);
         h5::write_attribute(g.get(), "input_std", n.input_std);
+        h5::write_attribute(g.get(), "input_feature_mean", n.input_feature_mean);
+        h5::write_attribute(g.get(), "input_feature_std", n.input_feature_std);
         h5::write_attribute(g.get(), "target_mean", n.target_mean);
         h5::write_attribute(g.get(), "target_std", n.target_std);
       } catch (const std::exception& e) {

@@ -51,9 +51,11 @@ Dataset load_idx_dataset(const std::string& images, const std::string& labels, s
     for (std::int64_t i = 0; i < count; ++i) d.inputs[size_t(i)] = float(x.data[size_t(i)]);
   } else if (norm.mode == "standardize") {
     standardize(d, norm, fit);
+  } else if (norm.mode == "standardize_per_feature") {
+    standardize_features(d, norm, fit);
   } else if (norm.mode != "scale") {
-    throw InputError(fmt::format("data.normalize: unknown mode '{}' (expected none, scale or "
-                                 "standardize)",
+    throw InputError(fmt::format("data.normalize: unknown mode '{}' (expected none, scale, "
+                                 "standardize or standardize_per_feature)",
                                  norm.mode));
   }
   return d;
@@ -78,6 +80,34 @@ void standardize(Dataset& data, Normalization& norm, bool fit) {
   }
   const double mean = norm.mean, stddev = norm.stddev;
   for (auto& v : data.inputs) v = float((double(v) - mean) / stddev);
+}
+
+void standardize_features(Dataset& data, Normalization& norm, bool fit) {
+  const std::int64_t f = data.features, n = data.samples;
+  if (fit) {  // two passes in double per feature, as standardize()
+    norm.feature_mean.assign(size_t(f), 0.0);
+    norm.feature_std.assign(size_t(f), 1.0);
+    const double count = double(std::max<std::int64_t>(n, 1));
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < f; ++j) norm.feature_mean[size_t(j)] += data.inputs[size_t(i * f + j)];
+    for (auto& m : norm.feature_mean) m /= count;
+    std::vector<double> sq(size_t(f), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < f; ++j) {
+        const double d = double(data.inputs[size_t(i * f + j)]) - norm.feature_mean[size_t(j)];
+        sq[size_t(j)] += d * d;
+      }
+    for (std::int64_t j = 0; j < f; ++j)  // a constant feature: nothing to scale, it becomes 0
+      norm.feature_std[size_t(j)] = sq[size_t(j)] > 0 ? std::sqrt(sq[size_t(j)] / count) : 1.0;
+  }
+  require(std::int64_t(norm.feature_mean.size()) == f && std::int64_t(norm.feature_std.size()) == f,
+          fmt::format("{}: {} features per sample, but the per-feature normalization has {}", data.name,
+                      f, norm.feature_mean.size()));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < f; ++j) {
+      float& v = data.inputs[size_t(i * f + j)];
+      v = float((double(v) - norm.feature_mean[size_t(j)]) / norm.feature_std[size_t(j)]);
+    }
 }
 
 void check_finite(const Dataset& data) {
@@ -134,6 +164,8 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
     stats->input_scale = spec.format == "idx" && norm.mode != "none" ? 1.0 / 255.0 : 1.0;
     stats->input_mean = norm.mode == "standardize" ? norm.mean : 0.0;
     stats->input_std = norm.mode == "standardize" ? norm.stddev : 1.0;
+    stats->input_feature_mean = norm.feature_mean;
+    stats->input_feature_std = norm.feature_std;
   };
   if (spec.format == "idx" && spec.regression)
     throw InputError("model.loss: a regression loss needs float targets, which only data.format: "
@@ -147,8 +179,8 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
     return {std::move(train), std::move(test)};
   }
   if (norm.mode == "scale")
-    throw InputError("data.normalize: 'scale' (x/255) is for IDX images; use none or standardize "
-                     "for HDF5 data");
+    throw InputError("data.normalize: 'scale' (x/255) is for IDX images; use none, standardize or "
+                     "standardize_per_feature for HDF5 data");
   auto load = [&](const std::string& file, std::int64_t limit) {
     return spec.regression
                ? load_hdf5_regression(file, spec.inputs_dataset, spec.targets_dataset, limit, with_inputs)
@@ -165,6 +197,10 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
   if (with_inputs && norm.mode == "standardize") {
     standardize(train, norm, true);
     standardize(test, norm, false);
+  }
+  if (with_inputs && norm.mode == "standardize_per_feature") {
+    standardize_features(train, norm, true);
+    standardize_features(test, norm, false);
   }
   record_inputs();
   if (spec.regression && spec.normalize_targets == "standardize") {

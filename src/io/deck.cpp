@@ -127,7 +127,7 @@ const std::map<std::string, Domain>& domains() {
                           "train_file", "test_file", "inputs_dataset", "labels_dataset",
                           "targets_dataset"})
       t[std::string("data.") + k] = text(false);
-    t["data.normalize"] = choice({"none", "scale", "standardize"});
+    t["data.normalize"] = choice({"none", "scale", "standardize", "standardize_per_feature"});
     t["data.normalize_targets"] = choice({"none", "standardize"});
     t["data.train_limit"] = integer(0);
     t["data.test_limit"] = integer(0);
@@ -377,7 +377,7 @@ DataSpec read_data(const Section& d, const ModelSpec& model) {
   data.normalize = d.value<std::string>("normalize", "standardize");
   if (data.format == "hdf5" && data.normalize == "scale")
     throw InputError(fmt::format("{}: data.normalize: 'scale' (x/255) is for IDX images; expected "
-                                 "none or standardize for HDF5 data",
+                                 "none, standardize or standardize_per_feature for HDF5 data",
                                  d.where(d.raw("normalize"))));
   data.regression = model.loss.regression();
   data.normalize_targets = d.value<std::string>("normalize_targets", "none");

@@ -6,6 +6,26 @@
 
 namespace gpipe {
 
+std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                   int cell, const CellOptions& options, std::int64_t scalar_bytes) {
+  const int M = options.micro_batches, K = partition.cells();
+  const int first = partition.first_layer(cell), count = partition.counts.at(size_t(cell));
+  const std::int64_t rows = (options.max_batch + M - 1) / M;
+  const auto layer = [&](int l) -> const LayerShape& { return shapes.at(size_t(first + l)); };
+  const auto bytes = [&](std::int64_t r, std::int64_t c) { return r * c * scalar_bytes; };
+  const auto saved = [&](int l) { return layer(l).saved.elements(rows) * scalar_bytes; };
+  const bool last = cell == K - 1;
+  const std::int64_t in = layer(0).input.size(), out = layer(count - 1).output.size();
+  // Slot sizes (the gradient buffers are allocated from the same plan but
+  // not counted).
+  SlotBytes slot;
+  slot.micro_batch = bytes(rows, in) + (last ? 0 : bytes(rows, out)) + saved(count - 1);
+  for (int l = 0; l + 1 < count; ++l) slot.activations += bytes(rows, layer(l).output.size()) + saved(l);
+  slot.fixed = last ? bytes(rows, out) : 0;
+  const Schedule schedule = make_schedule(options.schedule, K, M, options.remat);
+  return planned_bytes(plan_buffers(schedule, cell), slot);
+}
+
 template <class T>
 Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
               const CellOptions& options)
@@ -46,7 +66,6 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   in_features_ = layers_.front()->in_features();
   out_features_ = layers_.back()->out_features();
   const auto rows = capacity_;
-  const auto bytes = [](std::int64_t r, std::int64_t c) { return r * c * std::int64_t(sizeof(T)); };
   std::int64_t max_features = in_features_;
   for (auto& layer : layers_) max_features = std::max(max_features, layer->out_features());
 
@@ -63,16 +82,7 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
     const auto elements = saved_elements(l);
     return elements == 0 ? Vector<T>() : Vector<T>(uninitialized(name), elements);
   };
-  // Slot sizes: what activation_bytes() counts (the gradient buffers are
-  // allocated from the same plan but, as before, not counted).
-  SlotBytes slot;
-  slot.micro_batch = bytes(rows, in_features_) + (is_last() ? 0 : bytes(rows, out_features_)) +
-                     saved_elements(count - 1) * std::int64_t(sizeof(T));
-  for (int l = 0; l + 1 < count; ++l)
-    slot.activations += bytes(rows, layers_[size_t(l)]->out_features()) +
-                        saved_elements(l) * std::int64_t(sizeof(T));
-  slot.fixed = is_last() ? bytes(rows, out_features_) : 0;
-  activation_bytes_ = planned_bytes(plan, slot);
+  activation_bytes_ = cell_activation_bytes(shapes, partition, rank(), options, std::int64_t(sizeof(T)));
 
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!is_first())

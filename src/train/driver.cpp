@@ -43,6 +43,8 @@ void Driver<T>::share_loss() {
   DataPosition p = pipeline_.position();
   p.epoch_loss_sum = pipeline_.from_last(p.epoch_loss_sum);
   p.loss_samples = std::int64_t(pipeline_.from_last(double(p.loss_samples)));
+  p.metric_moments = pipeline_.from_last(p.metric_moments);
+  p.metric_samples = std::int64_t(pipeline_.from_last(double(p.metric_samples)));
   pipeline_.set_position(p);
 }
 
@@ -68,7 +70,8 @@ void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start)
   const double count = pipeline_.from_last(double(p.loss_samples));
   std::string metric;
   if (pipeline_.deck().model.loss.regression()) {  // collective: before the rank-0 return
-    const auto m = regression_metrics(pipeline_.from_last(metric_sums_.moments), metric_samples_,
+    const auto m = regression_metrics(pipeline_.from_last(p.metric_moments),
+                                      std::int64_t(pipeline_.from_last(double(p.metric_samples))),
                                       pipeline_.normalization().target_std);
     metric = "  rmse " + figure(m.rmse_all);
   }
@@ -106,9 +109,12 @@ std::int64_t Driver<T>::train_epoch(const Dataset& train, double start) {
     if (pipeline_.last_step_applied()) {  // a skipped step's loss is not the epoch's
       p.epoch_loss_sum += sums.loss;
       p.loss_samples += n;
-      if (deck.model.loss.regression()) {
-        metric_sums_ += sums;
-        metric_samples_ += n;
+      if (deck.model.loss.regression()) {  // kept in the position: checkpoints carry it
+        LossSums moments;
+        moments.moments = std::move(p.metric_moments);
+        moments += sums;
+        p.metric_moments = std::move(moments.moments);
+        p.metric_samples += n;
       }
     }
     pipeline_.set_position(p);
@@ -131,6 +137,10 @@ void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
   std::string notes;
   if (!r.train_loss_whole_epoch)
     notes += fmt::format(" (train loss over {} of the epoch's {} samples)", r.train_samples,
+                         epoch_samples);
+  if (pipeline_.deck().model.loss.regression() && r.train_metric_samples != epoch_samples &&
+      r.train_metric_samples != r.train_samples)
+    notes += fmt::format(" (train metrics over {} of the epoch's {} samples)", r.train_metric_samples,
                          epoch_samples);
   if (r.skipped_steps > 0)
     notes += fmt::format(" ({} steps skipped: non-finite values)", r.skipped_steps);
@@ -165,8 +175,6 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
   stopped_ = false;
   first_step_ = pipeline_.steps_done();
   fit_start_ = MPI_Wtime();
-  metric_sums_ = LossSums{};
-  metric_samples_ = 0;
   while (pipeline_.position().epoch < t.epochs) {
     const std::int64_t epoch = pipeline_.position().epoch;
     const std::int64_t skipped_before = pipeline_.skipped_steps();
@@ -186,15 +194,14 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
     r.train_loss_finite = std::isfinite(r.train_loss);
     r.train_loss_whole_epoch = r.train_samples == p.epoch_samples;
     r.skipped_steps = pipeline_.skipped_steps() - skipped_before;
+    r.train_metric_samples = p.metric_samples;
     if (pipeline_.deck().model.loss.regression())
-      r.train_metrics = regression_metrics(pipeline_.from_last(metric_sums_.moments), metric_samples_,
+      r.train_metrics = regression_metrics(p.metric_moments, p.metric_samples,
                                            pipeline_.normalization().target_std);
-    metric_sums_ = LossSums{};
-    metric_samples_ = 0;
     r.test = pipeline_.evaluate(test);
     log_epoch(r, p.epoch_samples);
     reports.push_back(r);
-    pipeline_.set_position(DataPosition{epoch + 1, 0, 0.0, 0});
+    pipeline_.set_position(DataPosition{epoch + 1, 0, 0.0, 0, {}, 0});
     if (c.every_epochs > 0 && (epoch + 1) % c.every_epochs == 0) checkpoint();
   }
   return reports;

@@ -10,6 +10,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/finite.hpp"
 #include "gpipe/model/cost.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 
@@ -27,16 +28,13 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
-  const std::int64_t shard = (deck.training.batch_size + D - 1) / D;  // the largest shard
-  const std::int64_t micro = (shard + M - 1) / M;
-  if (deck.pipeline.balance == "explicit") {
-    partition_ = explicit_partition(deck.pipeline.counts, L, K);
-    costs_ = layer_costs<T>(deck.model, "flops", micro, comm_.get());
-  } else {
-    if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
-    costs_ = layer_costs<T>(deck.model, deck.pipeline.balance, micro, comm_.get());
-    partition_ = balance_min_max(costs_, K);
-  }
+  const std::int64_t shard = largest_shard(deck, D);
+  const std::int64_t micro = largest_micro_batch(deck, D);
+  // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
+  const std::string mode = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
+  if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
+  costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
+  partition_ = deck_partition(deck, K, costs_);
   CellOptions options;
   options.max_batch = shard;
   options.micro_batches = M;
@@ -87,6 +85,12 @@ void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
   s.input_scale = in[0];
   s.input_mean = in[1];
   s.input_std = in[2];
+  for (auto* v : {&s.input_feature_mean, &s.input_feature_std}) {  // from the first cell
+    long long size = (long long)v->size();
+    MPI_Bcast(&size, 1, MPI_LONG_LONG, shape_.rank_of(0, 0), comm_.get());
+    v->resize(size_t(size));
+    if (size > 0) MPI_Bcast(v->data(), int(size), MPI_DOUBLE, shape_.rank_of(0, 0), comm_.get());
+  }
   s.target_mean = from_last(s.target_mean);
   s.target_std = from_last(s.target_std);
   normalization_ = s;
@@ -157,9 +161,17 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
     require(f == deck_.model.input_features,
             fmt::format("samples have {} features but model.input is {}", f, deck_.model.input_features));
     const auto& z = normalization_;
+    const bool per_feature = !z.input_feature_mean.empty();
+    require(!normalize || !per_feature || std::int64_t(z.input_feature_mean.size()) == f,
+            fmt::format("the normalization has {} features but samples have {}",
+                        z.input_feature_mean.size(), f));
     for (std::int64_t i = 0; i < shard.size; ++i) {
       const float* x = inputs + row(i) * f;
-      if (normalize)
+      if (normalize && per_feature)
+        for (std::int64_t j = 0; j < f; ++j)
+          batch_inputs_host_(i, j) =
+              T((double(x[j]) * z.input_scale - z.input_feature_mean[size_t(j)]) / z.input_feature_std[size_t(j)]);
+      else if (normalize)
         for (std::int64_t j = 0; j < f; ++j)
           batch_inputs_host_(i, j) = T((double(x[j]) * z.input_scale - z.input_mean) / z.input_std);
       else
@@ -495,6 +507,8 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   info.epoch_samples = position_.epoch_samples;
   info.epoch_loss_sum = position_.epoch_loss_sum;
   info.epoch_loss_samples = position_.loss_samples;
+  info.epoch_metric_moments = position_.metric_moments;
+  info.epoch_metric_samples = position_.metric_samples;
   if (shape_.replicas == 1) return write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
   std::string error;
   if (grid_.replica() == 0) {  // one copy: the replicas are identical
@@ -540,7 +554,9 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   normalization_ = info.normalization;
   if (!info.run_id.empty()) run_id_ = info.run_id;  // the run continues
   position_ = DataPosition{info.epoch, info.epoch_samples, info.epoch_loss_sum,
-                           std::max<std::int64_t>(info.epoch_loss_samples, 0)};
+                           std::max<std::int64_t>(info.epoch_loss_samples, 0),
+                           info.epoch_metric_moments,
+                           std::max<std::int64_t>(info.epoch_metric_samples, 0)};
   if (info.seed != deck_.seed && comm_.rank() == 0)
     spdlog::warn("{}: written with seed {}, the deck has seed {}: the data order and Dropout masks "
                  "differ from an uninterrupted run",

@@ -6,7 +6,10 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdio>
+#include <exception>
 #include <string>
+
+#include "gpipe/core/runtime.hpp"
 
 namespace {
 // Ranks other than 0 print only their failures, prefixed with the rank.
@@ -32,8 +35,17 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int result = 0;
+  // A Kokkos that cannot start (no usable GPU, a bad --kokkos-* option) is a
+  // clear error with a non-zero status on every rank, not an abort.
+  bool owns_kokkos = false;
+  try {
+    owns_kokkos = gpipe::initialize_kokkos(argc, argv);
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", argv[0], e.what());
+    MPI_Finalize();
+    return 1;
+  }
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
     ::testing::InitGoogleTest(&argc, argv);
     if (rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
@@ -46,6 +58,7 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&result, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     result = global;
   }
+  if (owns_kokkos) Kokkos::finalize();
   MPI_Finalize();
   return result;
 }

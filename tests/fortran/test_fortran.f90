@@ -1,12 +1,15 @@
 ! The Fortran bindings: create a trainer on MPI_COMM_WORLD, read its
 ! dimensions, train, predict, save a checkpoint and load it back (the
-! predictions return bitwise), and check an error message. Prints "N passed, M failed".
+! predictions return bitwise), and check an error message; then a regression
+! trainer (mse, float targets): dimensions, training steps with targets,
+! predictions close to the targets. Prints "N passed, M failed".
 program test_fortran
   use mpi
   use gpipe
   use, intrinsic :: iso_c_binding
   implicit none
-  type(c_ptr) :: trainer
+  type(c_ptr) :: trainer, surrogate
+  real(c_float) :: targets(2, 8), outputs(2, 8)
   integer :: ierr, passed, failed, i, j, status
   real(c_float) :: inputs(4, 8), logits(3, 8), reloaded(3, 8)
   integer(c_int64_t) :: features, classes, max_batch, count
@@ -19,6 +22,11 @@ program test_fortran
     new_line('a') // "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}" // &
     new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
     new_line('a') // "optimizer: {type: adam, lr: 0.05}"
+  character(len=*), parameter :: regression_deck = &
+    "model: {input: 4, loss: mse, layers: [{type: dense, units: 16}, {type: tanh}, {type: dense, units: 2}]}" // &
+    new_line('a') // "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}" // &
+    new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
+    new_line('a') // "optimizer: {type: adam, lr: 0.02}"
 
   call MPI_Init(ierr)
   passed = 0
@@ -59,6 +67,27 @@ program test_fortran
   call expect(gpipe_train_step(trainer, inputs, labels, 8, loss) /= GPIPE_OK, "bad label rejected")
   call expect(gpipe_last_error_f() == "gpipe_train_step: labels[0] = 7 is outside [0, 3)", "error message")
   call expect(gpipe_destroy_f(trainer) == GPIPE_OK, "destroy")
+
+  ! Regression: targets (x1 + x2, x3 - x4) from float targets with mse.
+  call expect(gpipe_create(regression_deck, MPI_COMM_WORLD, surrogate) == GPIPE_OK, "create regression")
+  call expect(gpipe_dimensions_f(surrogate, features, classes, max_batch) == GPIPE_OK, "regression dimensions")
+  call expect(features == 4 .and. classes == 2 .and. max_batch == 8, "regression dimensions are 4, 2, 8")
+  do j = 1, 8
+    targets(1, j) = inputs(1, j) + inputs(2, j)
+    targets(2, j) = inputs(3, j) - inputs(4, j)
+  end do
+  do i = 1, 200
+    status = gpipe_train_step_targets_f(surrogate, inputs, targets, 8, loss)
+    if (i == 1) first_loss = loss
+  end do
+  call expect(status == GPIPE_OK, "train_step_targets")
+  call expect(loss < 0.01 * first_loss, "regression loss falls 100-fold")
+  call expect(gpipe_predict_f(surrogate, inputs, 8, outputs) == GPIPE_OK, "regression predict")
+  call expect(maxval(abs(outputs - targets)) < 0.2, "regression outputs within 0.2 of the targets")
+  call expect(gpipe_train_step(surrogate, inputs, labels, 8, loss) /= GPIPE_OK, "labels rejected by an mse deck")
+  call expect(gpipe_last_error_f() == "gpipe_train_step: model.loss is mse: pass float targets with " // &
+              "gpipe_train_step_targets", "regression error message")
+  call expect(gpipe_destroy_f(surrogate) == GPIPE_OK, "destroy regression")
   call expect(gpipe_finalize_f() == GPIPE_OK, "finalize")
   open(newunit=i, file=checkpoint, status="old", iostat=ierr)
   if (ierr == 0) close(i, status="delete")

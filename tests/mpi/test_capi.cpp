@@ -28,6 +28,19 @@ Batch batch(std::uint64_t seed) {
   return {d.inputs, d.labels};
 }
 
+// After rejected calls the trainer still takes the same step as a fresh
+// trainer's first (bitwise); then destroys it.
+void expect_usable_then_destroy(gpipe_trainer* t, const Batch& b) {
+  double loss = -1, fresh_loss = -2;
+  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
+  gpipe_trainer* fresh = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
+  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
+  EXPECT_EQ(loss, fresh_loss);
+  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 TEST(CApi, InitializeIsIdempotentWhenKokkosIsUp) {
   EXPECT_EQ(gpipe_initialize(nullptr, nullptr), GPIPE_OK);
   EXPECT_EQ(gpipe_finalize(), GPIPE_OK);  // does not finalize the test's Kokkos
@@ -245,20 +258,62 @@ TEST(CApi, RanksThatDisagreeAllFailAndTheTrainerStaysUsable) {
   Batch bad = b;
   if (rank == R - 1) bad.labels[5] = 9;
   EXPECT_EQ(gpipe_train_step(t, bad.inputs.data(), bad.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
-  EXPECT_STREQ(gpipe_last_error(), rank == R - 1 ? "gpipe_train_step: labels[5] = 9 is outside [0, 4)"
-                                                 : "gpipe_train_step: another rank rejected its arguments "
-                                                   "(its gpipe_last_error names the problem)");
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            std::string(rank == R - 1 ? "" : "gpipe_train_step: rank " + std::to_string(R - 1) +
+                                                 " rejected its arguments: ") +
+                "gpipe_train_step: labels[5] = 9 is outside [0, 4)");
   // n out of range on rank 0 only.
   EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), rank == 0 ? 9 : 8, nullptr), GPIPE_ERROR_INPUT);
-  // Still usable: the same step as a fresh trainer's first.
-  double loss = -1, fresh_loss = -2;
-  ASSERT_EQ(gpipe_train_step(t, b.inputs.data(), b.labels.data(), 8, &loss), GPIPE_OK) << gpipe_last_error();
-  gpipe_trainer* fresh = nullptr;
-  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &fresh), GPIPE_OK);
-  ASSERT_EQ(gpipe_train_step(fresh, b.inputs.data(), b.labels.data(), 8, &fresh_loss), GPIPE_OK);
-  EXPECT_EQ(loss, fresh_loss);
-  EXPECT_EQ(gpipe_destroy(fresh), GPIPE_OK);
-  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+  expect_usable_then_destroy(t, b);
+}
+
+// A NULL or invalid argument on one rank only: every collective entry point
+// agrees on its arguments before communicating, so every rank returns the
+// same status (the lowest failing rank's), none waits in a collective the
+// failing rank never enters, and the trainer stays usable.
+TEST(CApi, AnArgumentRejectedOnOneRankFailsEveryRankWithTheSameStatus) {
+  const int R = test::world_size(), rank = test::world_rank();
+  const bool last = rank == R - 1;
+  const std::string last_rank = std::to_string(R - 1);
+  const auto others = [&](const std::string& function, const std::string& message) {
+    return last ? message : function + ": rank " + last_rank + " rejected its arguments: " + message;
+  };
+  // create: a NULL deck on the last rank, then a deck that does not parse there.
+  gpipe_trainer* t = nullptr;
+  EXPECT_EQ(gpipe_create_from_string(last ? nullptr : kDeck.c_str(), MPI_COMM_WORLD, &t),
+            GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            others("gpipe_create_from_string", "gpipe_create_from_string: deck_yaml and out must not be NULL"));
+  EXPECT_EQ(gpipe_create_from_string(last ? "model: [" : kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(t, nullptr);
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  Batch b = batch(4);
+  // train_step: NULL labels on the last rank.
+  EXPECT_EQ(gpipe_train_step(t, b.inputs.data(), last ? nullptr : b.labels.data(), 8, nullptr),
+            GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            others("gpipe_train_step", "gpipe_train_step: trainer, inputs and labels must not be NULL"));
+  // predict: NULL output on the last rank.
+  std::vector<float> logits(8 * 4);
+  EXPECT_EQ(gpipe_predict(t, b.inputs.data(), 8, last ? nullptr : logits.data()), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            others("gpipe_predict", "gpipe_predict: trainer, inputs and logits must not be NULL"));
+  // get_parameters: a wrong count on the last rank (the gather would hang).
+  std::int64_t count = 0;
+  ASSERT_EQ(gpipe_parameter_count(t, &count), GPIPE_OK);
+  std::vector<double> values(size_t(count) + 1);
+  EXPECT_EQ(gpipe_get_parameters(t, values.data(), last ? count + 1 : count), GPIPE_ERROR_INPUT);
+  // save_checkpoint: a NULL path on the last rank.
+  EXPECT_EQ(gpipe_save_checkpoint(t, last ? nullptr : "unused.h5"), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            others("gpipe_save_checkpoint", "gpipe_save_checkpoint: trainer and path must not be NULL"));
+  EXPECT_FALSE(std::filesystem::exists("unused.h5"));
+  // Two failures: the lowest failing rank's status wins on every rank.
+  if (R > 1)
+    EXPECT_EQ(gpipe_train_step(t, rank == 0 ? nullptr : b.inputs.data(), b.labels.data(), last ? 9 : 8, nullptr),
+              GPIPE_ERROR_NULL_ARGUMENT);
+  expect_usable_then_destroy(t, b);
 }
 
 }  // namespace

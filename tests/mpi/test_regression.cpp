@@ -12,6 +12,8 @@
 
 #include "../common/mpi_util.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/io/checkpoint.hpp"
+#include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -66,6 +68,89 @@ TEST(Regression, SinCosSurrogateReachesRmseBound) {
   EXPECT_LT(reports.back().test.loss, reports.front().test.loss);
   // The loss is the mean of e^2 over outputs: RMSE^2 in these (unscaled) units.
   EXPECT_NEAR(reports.back().test.loss, m.rmse_all * m.rmse_all, 1e-9);
+}
+
+// A run stopped mid-epoch (a checkpoint after 3 of the epoch's 6 steps)
+// and restarted reports the epoch's train metrics over the whole epoch,
+// bitwise those of an uninterrupted run: the checkpoint carries the epoch's
+// error moments so far, as it carries the loss.
+TEST(Regression, TrainMetricsAfterAMidEpochRestartCoverTheWholeEpoch) {
+  const std::string dir = ::testing::TempDir() + "gpipe_regression_restart_" + std::to_string(world_size());
+  if (world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Deck deck = parse_deck(deck_text("double", 1, 8, 2), "restart.yaml");
+  deck.training.progress_every = 0;
+  const Dataset train = sin_cos(48, 0.0), test = sin_cos(16, 0.5);
+  Pipeline<double> whole(deck, MPI_COMM_WORLD);
+  const auto uninterrupted = fit(whole, train, test, nullptr);
+  ASSERT_EQ(uninterrupted.size(), 1u);
+
+  deck.checkpoint.directory = dir;
+  deck.checkpoint.every_epochs = 0;
+  {
+    Pipeline<double> first(deck, MPI_COMM_WORLD);
+    Driver<double> driver(first, nullptr);
+    driver.set_stop([&] { return first.steps_done() == 3; });  // a batch system's signal
+    EXPECT_TRUE(driver.fit(train, test).empty());
+  }
+  Pipeline<double> second(deck, MPI_COMM_WORLD);
+  const auto latest = find_latest_checkpoint(dir, deck.model, deck.precision, deck.optimizer.type,
+                                             MPI_COMM_WORLD);
+  const CheckpointInfo info = second.load_checkpoint(latest.path);
+  EXPECT_EQ(info.step, 3);
+  EXPECT_EQ(info.epoch_metric_samples, 24);
+  EXPECT_EQ(info.epoch_metric_moments.size(), 8u);  // 4 per output
+  second.set_position(restart_position(info, latest.path, deck, train.samples));
+  const auto resumed = fit(second, train, test, nullptr);
+  ASSERT_EQ(resumed.size(), 1u);
+  const auto &a = uninterrupted[0], &b = resumed[0];
+  EXPECT_EQ(b.train_metric_samples, 48);
+  EXPECT_EQ(b.train_samples, 48);
+  EXPECT_EQ(b.train_metrics.rmse_all, a.train_metrics.rmse_all);
+  EXPECT_EQ(b.train_metrics.mae_all, a.train_metrics.mae_all);
+  EXPECT_EQ(b.train_metrics.r2_all, a.train_metrics.r2_all);
+  EXPECT_EQ(b.train_metrics.rmse, a.train_metrics.rmse);
+  EXPECT_EQ(b.train_loss, a.train_loss);
+  EXPECT_EQ(b.test.regression.rmse_all, a.test.regression.rmse_all);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// data.normalize: standardize_per_feature: predict applies each feature's
+// mean and std (the same bits as feeding pre-standardized inputs to an
+// identity-normalized copy), and a checkpoint carries them.
+TEST(Regression, PerFeatureNormalizationIsAppliedByPredictAndCheckpointed) {
+  std::string text = deck_text("float", 1, 8, 2);
+  text.replace(text.find("input: 1"), 8, "input: 2");
+  const Deck deck = parse_deck(text, "d");
+  NormalizationStats stats;
+  stats.input_feature_mean = {1.0, -200.0};
+  stats.input_feature_std = {0.5, 40.0};
+  std::vector<float> raw, standardized;
+  for (int i = 0; i < 11; ++i) {
+    const double a = 0.3 * i - 1.0, b = -200.0 + 35.0 * (i - 5);
+    raw.push_back(float(a));
+    raw.push_back(float(b));
+    standardized.push_back(float((double(float(a)) - 1.0) / 0.5));
+    standardized.push_back(float((double(float(b)) + 200.0) / 40.0));
+  }
+  Pipeline<float> identity(deck, MPI_COMM_WORLD);
+  const auto expected = identity.predict(standardized.data(), 11);
+  Pipeline<float> p(deck, MPI_COMM_WORLD);
+  p.set_normalization(stats);
+  EXPECT_EQ(p.predict(raw.data(), 11), expected);
+  const std::string path = ::testing::TempDir() + "gpipe_per_feature_" + std::to_string(world_size()) + ".h5";
+  p.save_checkpoint(path);
+  Pipeline<float> q(deck, MPI_COMM_WORLD);
+  q.load_checkpoint(path);
+  EXPECT_EQ(q.normalization().input_feature_mean, (std::vector<double>{1.0, -200.0}));
+  EXPECT_EQ(q.normalization().input_feature_std, (std::vector<double>{0.5, 40.0}));
+  EXPECT_EQ(q.predict(raw.data(), 11), expected);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(path.c_str());
 }
 
 TEST(Regression, StepWithTheWrongTargetKindIsAnError) {

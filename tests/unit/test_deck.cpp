@@ -270,8 +270,8 @@ TEST(DeckDomains, RangesFinitenessAndEmptyValues) {
             "integer >= 1, got '0'");
   EXPECT_EQ(error_of(kDeck, {"data.format=hdf5", "data.train_file=a", "data.test_file=b",
                              "data.normalize=scale"}),
-            "deck.yaml (--set): data.normalize: 'scale' (x/255) is for IDX images; expected none "
-            "or standardize for HDF5 data");
+            "deck.yaml (--set): data.normalize: 'scale' (x/255) is for IDX images; expected none, "
+            "standardize or standardize_per_feature for HDF5 data");
   const Deck d = parse_deck(kDeck, "deck.yaml", {"training.nonfinite=skip_step"});
   EXPECT_EQ(d.training.nonfinite, NonFinite::SkipStep);
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml").training.nonfinite, NonFinite::Abort);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "../common/test_util.hpp"
+#include "gpipe/core/error.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/layers/layer_norm.hpp"
@@ -196,6 +197,48 @@ TEST(NumericsFloat, StandardizeOfConstantInputsGivesZeros) {
   standardize(d, norm, true);
   EXPECT_EQ(norm.stddev, 1.0);
   EXPECT_EQ(d.inputs, (std::vector<float>{0, 0, 0}));
+}
+
+// data.normalize: standardize_per_feature: each feature with its own mean
+// and population standard deviation (hand values); a constant feature keeps
+// std 1 and becomes 0; the test set uses the training statistics.
+TEST(NumericsFloat, StandardizePerFeatureUsesEachFeaturesStatistics) {
+  Dataset d;
+  d.name = "x";
+  d.samples = 4;
+  d.features = 3;
+  // feature 0: 1, 2, 3, 4 (mean 2.5, std sqrt(1.25)); feature 1: 100 x that
+  // plus 1000; feature 2: constant 7.
+  for (const float a : {1.0f, 2.0f, 3.0f, 4.0f})
+    for (const float v : {a, 1000.0f + 100.0f * a, 7.0f}) d.inputs.push_back(v);
+  Normalization norm;
+  norm.mode = "standardize_per_feature";
+  standardize_features(d, norm, true);
+  EXPECT_EQ(norm.feature_mean, (std::vector<double>{2.5, 1250.0, 7.0}));
+  EXPECT_EQ(norm.feature_std, (std::vector<double>{std::sqrt(1.25), std::sqrt(12500.0), 1.0}));
+  const float z = float(1.5 / std::sqrt(1.25));  // the first sample's |z| in features 0 and 1
+  EXPECT_EQ(d.inputs[0], -z);
+  EXPECT_FLOAT_EQ(d.inputs[1], -z);
+  EXPECT_EQ(d.inputs[2], 0.0f);
+  EXPECT_EQ(d.inputs[9], z);
+  Dataset test;
+  test.name = "t";
+  test.samples = 1;
+  test.features = 3;
+  test.inputs = {2.5f, 1250.0f, 8.0f};
+  standardize_features(test, norm, false);
+  EXPECT_EQ(test.inputs, (std::vector<float>{0.0f, 0.0f, 1.0f}));
+  Dataset two;
+  two.name = "two.h5";
+  two.samples = 1;
+  two.features = 2;
+  two.inputs = {1, 2};
+  try {
+    standardize_features(two, norm, false);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "two.h5: 2 features per sample, but the per-feature normalization has 3");
+  }
 }
 
 }  // namespace

@@ -7,9 +7,13 @@ namespace gpipe {
 
 /// RAII owner of MPI_Init_thread/MPI_Finalize and Kokkos::initialize/finalize.
 /// Create one in main() before any other gpipe object. MPI is initialized
-/// with required_mpi_thread_level() (StateError if the library provides
-/// less). If MPI or Kokkos is already initialized (a host code owns it), it
-/// is left to its owner.
+/// with required_mpi_thread_level(); Kokkos with initialize_kokkos (collective
+/// over MPI_COMM_WORLD). If MPI or Kokkos is already initialized (a host code
+/// owns it), it is left to its owner. Throws StateError, on every rank, when
+/// MPI provides a lower thread level or Kokkos fails to initialize on any rank
+/// (e.g. a CUDA build on a node without a usable GPU); MPI is finalized again
+/// before the throw if this object initialized it. Catch it in main() and
+/// exit with a message: nothing else of gpipe is usable then.
 class Runtime {
  public:
   Runtime(int& argc, char**& argv);
@@ -22,6 +26,16 @@ class Runtime {
   bool owns_kokkos_ = false;
 };
 
+/// Initializes Kokkos with the command line (Kokkos removes the --kokkos-*
+/// options it knows from argc/argv) unless Kokkos is already initialized;
+/// returns true if this call initialized it. Collective over MPI_COMM_WORLD
+/// (MPI must be initialized): if Kokkos::initialize throws on any rank, every
+/// rank throws StateError "Kokkos initialization failed on rank R: <Kokkos'
+/// message>" (R the lowest failing rank) instead of leaving the others
+/// waiting. A failure that Kokkos reports with Kokkos::abort (no exception)
+/// still ends the process.
+bool initialize_kokkos(int& argc, char**& argv);
+
 /// Versions of gpipe and the libraries it runs on, for run records.
 struct BuildInfo {
   std::string gpipe;            ///< e.g. "0.1.0"
@@ -32,7 +46,9 @@ struct BuildInfo {
   std::string hdf5;             ///< e.g. "1.10.8"
   bool gpu_aware_mpi = false;   ///< GPIPE_ENABLE_GPU_AWARE_MPI
 };
-/// The versions this process runs with (MPI must be initialized).
+/// The versions this process runs with. Needs neither MPI nor Kokkos to be
+/// initialized (MPI_Get_library_version may be called before MPI_Init), so
+/// `--version` works on a login node without a GPU.
 BuildInfo build_info();
 
 /// The MPI thread level gpipe needs with this build's Kokkos backend: gpipe

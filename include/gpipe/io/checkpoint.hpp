@@ -38,6 +38,10 @@ struct CheckpointInfo {
   std::int64_t epoch_samples = 0;   ///< samples of epoch `epoch` already trained on
   double epoch_loss_sum = 0;        ///< sum of their training losses
   std::int64_t epoch_loss_samples = -1;  ///< samples epoch_loss_sum covers (-1: unknown)
+  /// Regression: error moments of the epoch so far (DataPosition::metric_moments)
+  /// and the samples they cover (-1: unknown, a file without them).
+  std::vector<double> epoch_metric_moments;
+  std::int64_t epoch_metric_samples = -1;
 };
 
 /// This rank's share: layers [first_layer, first_layer + layer_count) of

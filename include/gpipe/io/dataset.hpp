@@ -23,19 +23,26 @@ struct Dataset {
 
 /// The normalization a trained model expects, stored in its checkpoints
 /// (docs/file-formats.md) and applied by Pipeline::predict and gpipe-infer:
-/// inputs x -> (x * input_scale - input_mean) / input_std (all features
-/// pooled); targets y_j -> (y_j - target_mean[j]) / target_std[j] for
+/// inputs x_j -> (x_j * input_scale - mean_j) / std_j with mean_j, std_j =
+/// input_feature_mean[j], input_feature_std[j] when those are set
+/// (data.normalize: standardize_per_feature), else input_mean, input_std for
+/// every feature (pooled); targets y_j -> (y_j - target_mean[j]) / target_std[j] for
 /// training, outputs de-normalized the inverse way. Defaults: identity.
 struct NormalizationStats {
   double input_scale = 1, input_mean = 0, input_std = 1;
+  /// Per input feature (size model.input_features); empty: pooled.
+  std::vector<double> input_feature_mean, input_feature_std;
   std::vector<double> target_mean, target_std;  ///< per output; empty: identity
 };
 
-/// Per-feature-independent input normalization.
+/// Input normalization.
 struct Normalization {
-  std::string mode = "standardize";  ///< none | scale (x/255) | standardize ((x/255 - mean)/std)
+  /// none | scale (x/255) | standardize ((x/255 - mean)/std, pooled) |
+  /// standardize_per_feature ((x/255 - mean_j)/std_j)
+  std::string mode = "standardize";
   double mean = 0;  ///< standardize: statistics of the training images (after /255)
   double stddev = 1;
+  std::vector<double> feature_mean, feature_std;  ///< standardize_per_feature
 };
 
 /// The deck's `data` section.
@@ -91,6 +98,13 @@ void standardize_targets(Dataset& data, NormalizationStats& stats, bool fit);
 /// all inputs are equal). Exact to float rounding for finite inputs of any
 /// magnitude (1e-30 .. 3e38).
 void standardize(Dataset& data, Normalization& norm, bool fit);
+
+/// Standardizes inputs per feature in place: x_j -> (x_j - mean_j) / std_j;
+/// mean_j and std_j are computed from `data` into norm.feature_mean and
+/// norm.feature_std if `fit` (two passes in double, population standard
+/// deviation; std_j = 1 for a constant feature), else taken from them.
+/// Throws InputError if `norm` has another number of features than `data`.
+void standardize_features(Dataset& data, Normalization& norm, bool fit);
 
 /// Throws InputError if an input or a regression target is NaN or infinite,
 /// naming the file (data.name, or data.labels_name for targets), the 0-based

@@ -25,6 +25,14 @@ struct CellOptions {
   std::uint64_t seed = 0;      ///< initialization and Dropout seed
 };
 
+/// Bytes of activation storage that cell `cell` of `partition` allocates for
+/// the buffer plan of options.schedule (micro-batches of ceil(max_batch / M)
+/// rows of `scalar_bytes`-byte values; `shapes` from model_shapes): exactly
+/// what Cell::activation_bytes() reports, from the shape pass alone (no
+/// Kokkos, no MPI), so `gpipe-train --check` can print it.
+std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                   int cell, const CellOptions& options, std::int64_t scalar_bytes);
+
 /// Where a cell's mini-batch sits in a larger global mini-batch (data
 /// parallelism: each replica trains a shard of it).
 struct BatchPlacement {

@@ -27,8 +27,13 @@ struct EpochReport {
   bool train_loss_finite = true;   ///< false if a non-finite loss entered it (nonfinite: ignore)
   std::int64_t skipped_steps = 0;  ///< steps skipped for non-finite values in this epoch
   /// Regression: training-set metrics over the epoch's steps, as trained
-  /// (weights changing during the epoch), in the data's units.
+  /// (weights changing during the epoch), in the data's units. Like
+  /// train_loss they cover the whole epoch also after a mid-epoch restart
+  /// (checkpoints carry the epoch's error moments so far); fewer samples
+  /// (train_metric_samples) only after skipped steps or from a checkpoint
+  /// written before that record.
   RegressionMetrics train_metrics;
+  std::int64_t train_metric_samples = 0;
   Evaluation test;
   double seconds = 0;      ///< training time of the epoch (evaluation excluded)
   double samples_per_second = 0;
@@ -99,8 +104,6 @@ class Driver {
   double fit_start_ = 0;
   // Regression: the loss sums (moments) of the applied steps of this epoch
   // since this fit started (valid on the last cell), and their samples.
-  LossSums metric_sums_;
-  std::int64_t metric_samples_ = 0;
 };
 
 /// Driver<T>(pipeline, log).fit(train, test).

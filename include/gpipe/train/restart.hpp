@@ -21,6 +21,11 @@ struct DataPosition {
   /// Samples epoch_loss_sum covers: epoch_samples unless steps were skipped
   /// (training.nonfinite: skip_step) or the checkpoint predates this record.
   std::int64_t loss_samples = 0;
+  /// Regression: the epoch's error moments so far (LossSums::moments, 4 per
+  /// output) over metric_samples samples, so the epoch's train metrics
+  /// cover the whole epoch across a restart. Empty for classification.
+  std::vector<double> metric_moments;
+  std::int64_t metric_samples = 0;
 };
 
 /// The position a restart from checkpoint `path` (header `info`) resumes at

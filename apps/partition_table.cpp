@@ -1,0 +1,44 @@
+#include "partition_table.hpp"
+
+#include <fmt/format.h>
+
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/micro_batch.hpp"
+
+namespace gpipe::app {
+
+void print_partition_table(const Deck& deck, const PartitionTable& t) {
+  const auto& p = t.partition;
+  const int K = p.cells(), M = deck.training.micro_batches, D = t.grid.replicas;
+  if (D == 1)
+    fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
+               "micro-batches, schedule {}, re-materialization {}\n",
+               K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
+               to_string(deck.pipeline.schedule), to_string(deck.pipeline.remat));
+  else
+    fmt::print("gpipe-train: {} ranks = {} replicas (D) x {} cells (K), {} layers, precision {}, "
+               "mini-batch {} in {} shards of {} micro-batches, schedule {}, re-materialization {}\n"
+               "  grid: {}; gradient reduction {} in {} KiB buckets\n",
+               D * K, D, K, deck.model.layers.size(), deck.precision, deck.training.batch_size, D, M,
+               to_string(deck.pipeline.schedule), to_string(deck.pipeline.remat), t.grid.describe(),
+               deck.parallel.deterministic_reduction ? "deterministic (replica order)" : "MPI_Iallreduce",
+               deck.parallel.bucket_kib);
+  const auto costs = p.cell_costs(t.costs);
+  const auto shapes = model_shapes(deck.model);
+  fmt::print("  input shape {}\n", deck.model.input_shape().str());
+  for (int k = 0; k < K; ++k) {
+    const int first = p.first_layer(k), count = p.counts[size_t(k)];
+    fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
+               first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
+               double(t.activation_bytes[size_t(k)]) / (1 << 20));
+    for (int l = first; l < first + count; ++l) {
+      const auto& s = shapes[size_t(l)];
+      fmt::print("    layer {:>2} {:<17} output {:<16} {:>9} parameters\n", l, s.type(),
+                 s.output.str(), s.parameter_count());
+    }
+  }
+  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
+             p.imbalance(t.costs), bubble_fraction(K, M));
+}
+
+}  // namespace gpipe::app

@@ -1,0 +1,47 @@
+#include "gpipe/train/plan.hpp"
+
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/cell.hpp"
+
+namespace gpipe {
+
+std::int64_t largest_shard(const Deck& deck, int replicas) {
+  return (deck.training.batch_size + replicas - 1) / replicas;
+}
+
+std::int64_t largest_micro_batch(const Deck& deck, int replicas) {
+  const int M = deck.training.micro_batches;
+  return (largest_shard(deck, replicas) + M - 1) / M;
+}
+
+Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs) {
+  const int L = int(deck.model.layers.size());
+  if (deck.pipeline.balance == "explicit") return explicit_partition(deck.pipeline.counts, L, cells);
+  return balance_min_max(costs, cells);
+}
+
+RunPlan plan_run(const Deck& deck, int ranks) {
+  RunPlan plan;
+  plan.grid = grid_shape(deck, ranks);
+  const int K = plan.grid.cells, D = plan.grid.replicas;
+  plan.micro_batch = largest_micro_batch(deck, D);
+  const auto shapes = model_shapes(deck.model);
+  const std::string& balance = deck.pipeline.balance;
+  plan.time_balance_approximated = balance == "time";
+  plan.cost_unit = balance == "params" ? "params" : "flops";
+  for (const auto& layer : shapes)
+    plan.costs.push_back(plan.cost_unit == "params" ? double(layer.parameter_count())
+                                                    : layer.flops(plan.micro_batch, layer.index > 0));
+  plan.partition = deck_partition(deck, K, plan.costs);
+  CellOptions options;
+  options.max_batch = largest_shard(deck, D);
+  options.micro_batches = deck.training.micro_batches;
+  options.remat = deck.pipeline.remat;
+  options.schedule = deck.pipeline.schedule;
+  const std::int64_t scalar = deck.precision == "double" ? 8 : 4;
+  for (int k = 0; k < K; ++k)
+    plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
+  return plan;
+}
+
+}  // namespace gpipe
