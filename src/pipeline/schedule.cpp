@@ -29,15 +29,29 @@ std::string to_string(Remat remat) {
 ScheduleKind parse_schedule(const std::string& text, const std::string& field) {
   if (text == "fill_drain") return ScheduleKind::FillDrain;
   if (text == "1f1b") return ScheduleKind::OneFOneB;
-  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain or 1f1b)", field, text));
+  if (text == "zero_bubble") return ScheduleKind::ZeroBubble;
+  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b or zero_bubble)",
+                               field, text));
 }
 
 std::string to_string(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::FillDrain: return "fill_drain";
     case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::ZeroBubble: return "zero_bubble";
   }
   return "?";
+}
+
+char op_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward: return 'F';
+    case OpKind::Recompute: return 'R';
+    case OpKind::Backward: return 'B';
+    case OpKind::BackwardInput: return 'I';
+    case OpKind::BackwardWeights: return 'W';
+  }
+  return '?';
 }
 
 namespace {
@@ -86,10 +100,47 @@ Schedule one_f_one_b(int cells, int micro_batches, Remat remat) {
   return s;
 }
 
+Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
+  Schedule s;
+  s.cells = cells;
+  s.micro_batches = micro_batches;
+  s.rematerialized = rematerialized(micro_batches, remat);
+  s.ops.resize(size_t(cells));
+  for (int k = 0; k < cells; ++k) {
+    auto& ops = s.ops[size_t(k)];
+    int weights = 0;  // next micro-batch whose W op is due
+    const auto input = [&](int m) {
+      if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
+      ops.push_back({OpKind::BackwardInput, m});
+    };
+    const auto weight = [&]() { ops.push_back({OpKind::BackwardWeights, weights++}); };
+    const int warm_up = std::min(micro_batches, cells - k - 1);
+    const int lag = k;  // ZB-H1: cell k's W ops trail its I ops by k micro-batches
+    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
+    for (int m = warm_up; m < micro_batches; ++m) {
+      ops.push_back({OpKind::Forward, m});
+      input(m - warm_up);
+      if (m - warm_up >= lag) weight();
+    }
+    for (int m = micro_batches - warm_up; m < micro_batches; ++m) {
+      input(m);
+      weight();  // the cool-down: I and W alternate
+    }
+    while (weights < micro_batches) weight();
+  }
+  return s;
+}
+
+double bubble_fraction(ScheduleKind kind, int cells, int micro_batches) {
+  const int work = kind == ScheduleKind::ZeroBubble ? 3 * micro_batches : micro_batches;
+  return double(cells - 1) / double(work + cells - 1);
+}
+
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat) {
   switch (kind) {
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);
+    case ScheduleKind::ZeroBubble: return zero_bubble(cells, micro_batches, remat);
   }
   return fill_drain(cells, micro_batches, remat);
 }
