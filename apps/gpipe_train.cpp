@@ -114,8 +114,9 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                  s.output.str(), s.parameter_count());
     }
   }
-  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
-             p.imbalance(pipeline.costs()), gpipe::bubble_fraction(K, M));
+  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble of {} = {:.3f}\n",
+             p.imbalance(pipeline.costs()), gpipe::to_string(deck.pipeline.schedule),
+             gpipe::bubble_fraction(deck.pipeline.schedule, K, M));
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
   if (K > 1 && M < 4 * K)
     spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "

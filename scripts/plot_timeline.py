@@ -39,7 +39,7 @@ EVENT_FIELDS = ("step", "kind", "micro_batch", "start", "end")
 STEP_FIELDS = ("step", "start", "end", "step_time", "idle_time")
 BOXES = {  # kind: (color, label prefix)
     "forward": ("#4C72B0", "F"), "backward": ("#DD8452", "B"),
-    "backward_input": ("#C44E52", "I"), "backward_weights": ("#937860", "W"),
+    "backward_input": ("#DA8BC3", "I"), "backward_weights": ("#937860", "W"),
     "recompute": ("#8172B3", "R"), "optimizer": ("#55A868", "opt")}
 LEGEND = {"forward": "forward (F)", "backward": "backward (B, fused)",
           "backward_input": "input gradient (I = B of split)", "backward_weights": "weight gradient (W)",

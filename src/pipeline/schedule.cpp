@@ -62,68 +62,64 @@ std::vector<bool> rematerialized(int micro_batches, Remat remat) {
 }
 }  // namespace
 
-Schedule fill_drain(int cells, int micro_batches, Remat remat) {
+namespace {
+// A schedule of `cells` empty op lists.
+Schedule blank(int cells, int micro_batches, Remat remat) {
   Schedule s;
   s.cells = cells;
   s.micro_batches = micro_batches;
   s.rematerialized = rematerialized(micro_batches, remat);
+  s.ops.resize(size_t(cells));
+  return s;
+}
+
+// Appends Recompute(m) when m is re-materialized, then the backward op `kind` of m.
+void push_backward(const Schedule& s, std::vector<Op>& ops, OpKind kind, int m) {
+  if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
+  ops.push_back({kind, m});
+}
+}  // namespace
+
+Schedule fill_drain(int cells, int micro_batches, Remat remat) {
+  Schedule s = blank(cells, micro_batches, remat);
   std::vector<Op> ops;
   for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
-  for (int m = micro_batches - 1; m >= 0; --m) {
-    if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-    ops.push_back({OpKind::Backward, m});
-  }
+  for (int m = micro_batches - 1; m >= 0; --m) push_backward(s, ops, OpKind::Backward, m);
   s.ops.assign(size_t(cells), ops);
   return s;
 }
 
 Schedule one_f_one_b(int cells, int micro_batches, Remat remat) {
-  Schedule s;
-  s.cells = cells;
-  s.micro_batches = micro_batches;
-  s.rematerialized = rematerialized(micro_batches, remat);
-  s.ops.resize(size_t(cells));
+  Schedule s = blank(cells, micro_batches, remat);
   for (int k = 0; k < cells; ++k) {
     auto& ops = s.ops[size_t(k)];
-    const auto backward = [&](int m) {
-      if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-      ops.push_back({OpKind::Backward, m});
-    };
     const int warm_up = std::min(micro_batches, cells - k - 1);
     for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
     for (int m = warm_up; m < micro_batches; ++m) {
       ops.push_back({OpKind::Forward, m});
-      backward(m - warm_up);
+      push_backward(s, ops, OpKind::Backward, m - warm_up);
     }
-    for (int m = micro_batches - warm_up; m < micro_batches; ++m) backward(m);
+    for (int m = micro_batches - warm_up; m < micro_batches; ++m) push_backward(s, ops, OpKind::Backward, m);
   }
   return s;
 }
 
 Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
-  Schedule s;
-  s.cells = cells;
-  s.micro_batches = micro_batches;
-  s.rematerialized = rematerialized(micro_batches, remat);
-  s.ops.resize(size_t(cells));
+  Schedule s = blank(cells, micro_batches, remat);
   for (int k = 0; k < cells; ++k) {
     auto& ops = s.ops[size_t(k)];
     int weights = 0;  // next micro-batch whose W op is due
-    const auto input = [&](int m) {
-      if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-      ops.push_back({OpKind::BackwardInput, m});
-    };
     const auto weight = [&]() { ops.push_back({OpKind::BackwardWeights, weights++}); };
     const int warm_up = std::min(micro_batches, cells - k - 1);
     const int lag = k;  // ZB-H1: cell k's W ops trail its I ops by k micro-batches
     for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
     for (int m = warm_up; m < micro_batches; ++m) {
       ops.push_back({OpKind::Forward, m});
-      input(m - warm_up);
+      push_backward(s, ops, OpKind::BackwardInput, m - warm_up);
       if (m - warm_up >= lag) weight();
     }
     for (int m = micro_batches - warm_up; m < micro_batches; ++m) {
-      input(m);
+      push_backward(s, ops, OpKind::BackwardInput, m);
       weight();  // the cool-down: I and W alternate
     }
     while (weights < micro_batches) weight();
@@ -146,10 +142,7 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
 }
 
 Schedule forward_only(int cells, int micro_batches) {
-  Schedule s;
-  s.cells = cells;
-  s.micro_batches = micro_batches;
-  s.rematerialized.assign(size_t(micro_batches), false);
+  Schedule s = blank(cells, micro_batches, Remat::Never);
   std::vector<Op> ops;
   for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
   s.ops.assign(size_t(cells), ops);
