@@ -211,7 +211,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["schedule"] = gpipe::to_string(deck.pipeline.schedule);
   j["partition"] = p.counts;
   j["imbalance"] = p.imbalance(pipeline.costs());
-  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(K, M);
+  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(deck.pipeline.schedule, K, M);
   if (!deck.trace.file.empty()) {
     j["bubble_fraction_measured"] = trace.measured_bubble();
     j["trace"] = deck.trace.file;
@@ -397,7 +397,8 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     header.remat = gpipe::to_string(deck.pipeline.remat);
     header.schedule = gpipe::to_string(deck.pipeline.schedule);
     header.deck = deck.path;
-    header.bubble_fraction_analytical = gpipe::bubble_fraction(header.cells, header.micro_batches);
+    header.bubble_fraction_analytical =
+        gpipe::bubble_fraction(deck.pipeline.schedule, header.cells, header.micro_batches);
     header.run_record = run.dump();
     gpipe::write_trace_file(deck.trace.file, header, trace);
     if (!options.quiet)

@@ -4,6 +4,7 @@
 
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/pipeline/schedule.hpp"
 
 namespace gpipe::app {
 
@@ -37,8 +38,9 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
                  s.output.str(), s.parameter_count());
     }
   }
-  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble (K-1)/(M+K-1) = {:.3f}\n",
-             p.imbalance(t.costs), bubble_fraction(K, M));
+  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble of {} = {:.3f}\n",
+             p.imbalance(t.costs), to_string(deck.pipeline.schedule),
+             bubble_fraction(deck.pipeline.schedule, K, M));
 }
 
 }  // namespace gpipe::app

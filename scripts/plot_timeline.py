@@ -3,14 +3,17 @@
 
 usage: scripts/plot_timeline.py TRACE.h5 [--step S] [-o timeline.png] [--list]
 
-One row per rank (rank 0 on top). Forward (F), backward (B), recompute (R)
-and optimizer (opt) boxes are colored by kind and labeled with the
+One row per rank (rank 0 on top). Forward (F), backward (B), recompute (R),
+the split backward of the zero_bubble schedule (I: its B op, the input
+gradient; W: the weight gradient) and optimizer (opt) boxes are colored by
+kind, named in the legend and labeled with the
 micro-batch index where they are wide enough; sends are thin black marks at
 the top of a row, receives thin marks at the bottom; explicit waits are grey
 cross-hatched, and any other time inside the rank's step is hatched as idle.
 The title gives K, M and the bubble: measured (the run's mean over ranks and
-sampled steps of idle_time/step_time, and this step's) against the analytical
-(K-1)/(M+K-1). Default step: the last one sampled on every rank. The trace
+sampled steps of idle_time/step_time, and this step's) against the
+schedule's analytical bubble ((K-1)/(M+K-1) for fill_drain and 1f1b,
+(K-1)/(3M+K-1) for zero_bubble). Default step: the last one sampled on every rank. The trace
 layout is described in docs/scaling-studies.md.
 """
 import argparse
@@ -30,12 +33,22 @@ except ImportError as e:
              "python3-matplotlib; if python3 is another interpreter, run /usr/bin/python3 " + sys.argv[0] + ")")
 
 DEFAULT_KINDS = {"forward": 0, "backward": 1, "recompute": 2, "send": 3, "receive": 4, "wait": 5,
-                 "optimizer": 6, "allreduce": 7, "reduce_wait": 8}
+                 "optimizer": 6, "allreduce": 7, "reduce_wait": 8, "backward_input": 9,
+                 "backward_weights": 10}
 EVENT_FIELDS = ("step", "kind", "micro_batch", "start", "end")
 STEP_FIELDS = ("step", "start", "end", "step_time", "idle_time")
 BOXES = {  # kind: (color, label prefix)
     "forward": ("#4C72B0", "F"), "backward": ("#DD8452", "B"),
+    "backward_input": ("#DA8BC3", "I"), "backward_weights": ("#937860", "W"),
     "recompute": ("#8172B3", "R"), "optimizer": ("#55A868", "opt")}
+LEGEND = {"forward": "forward (F)", "backward": "backward (B, fused)",
+          "backward_input": "input gradient (I = B of split)", "backward_weights": "weight gradient (W)",
+          "recompute": "recompute (R)", "optimizer": "optimizer"}
+
+
+def analytical_bubble(schedule, K, M):
+    """The schedule's idle fraction with balanced cells (equal F, B, W times for zero_bubble)."""
+    return (K - 1) / ((3 * M if schedule == "zero_bubble" else M) + K - 1)
 
 
 def die(msg):
@@ -139,7 +152,8 @@ def main():
                                edgecolor=color, linewidth=0.5)
 
     step_bubble = float(np.mean([st["idle_time"] / st["step_time"] for _, st in rows]))
-    analytical = float(attrs.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)))
+    analytical = float(attrs.get("bubble_fraction_analytical",
+                                 analytical_bubble(attrs.get("schedule", "fill_drain"), K, M)))
     run_bubble = attrs.get("bubble_fraction_measured")
     measured = (f"run {float(run_bubble):.3f}, this step {step_bubble:.3f}" if run_bubble is not None
                 else f"this step {step_bubble:.3f}")
@@ -147,22 +161,24 @@ def main():
                  + (f", N = {int(attrs['batch_size'])}" if "batch_size" in attrs else "")
                  + (f", {attrs['schedule']}" if "schedule" in attrs else "")
                  + (f", remat {attrs['remat']}" if "remat" in attrs else "")
-                 + f"\nbubble measured {measured}; analytical (K-1)/(M+K-1) = {analytical:.3f}",
+                 + f"\nbubble measured {measured}; analytical {analytical:.3f}",
                  fontsize=10)
     ax.set_yticks(range(K), [f"rank {r}" for r in range(K)])
     ax.set_ylim(K - 0.5, -0.5)
     ax.set_xlim(0, width_ms * 1.01)
     ax.set_xlabel("time since the step's first start (ms)")
     present = {kinds.get(int(k)) for ev, _ in rows for k in np.unique(ev["kind"])}
-    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, (c, _) in BOXES.items() if k in present]
+    handles = [Patch(facecolor=c, edgecolor="black", label=LEGEND[k]) for k, (c, _) in BOXES.items()
+               if k in present]
     extra = {"send": Patch(facecolor="black", label="send (top)"),
              "receive": Patch(facecolor="#C44E52", label="receive (bottom)"),
              "wait": Patch(facecolor="#dddddd", edgecolor="#888888", hatch="xx", label="wait")}
     handles += [h for k, h in extra.items() if k in present]
     handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", hatch="///", label="idle"))
     height = fig.get_size_inches()[1]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.4 / height, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    legend_rows = (len(handles) + 5) // 6
+    fig.tight_layout(rect=(0, (0.2 + 0.2 * legend_rows) / height, 1, 1))
     out = a.output or os.path.splitext(a.trace)[0] + f"_step{S}.png"
     fig.savefig(out, dpi=130)
 

@@ -146,7 +146,7 @@ const std::map<std::string, Domain>& domains() {
     t["optimizer.weight_decay"] = number(0, false);
     t["optimizer.schedule"] = choice({"constant", "cosine"});
     t["pipeline.remat"] = choice({"never", "always", "except_last"});
-    t["pipeline.schedule"] = choice({"fill_drain", "1f1b"});
+    t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble"});
     t["parallel.cells"] = integer(0, kIntMax);
     t["parallel.placement"] = choice({"replica", "pipeline"});
     t["parallel.deterministic_reduction"].kind = Domain::Boolean;

@@ -40,9 +40,10 @@ std::vector<std::vector<Record>> gather_records(const std::vector<Record>& mine,
 
 h5::Handle event_type() {
   h5::Handle kind = h5::datatype(H5Tenum_create(H5T_NATIVE_INT8));
-  const char* names[] = {"forward", "backward", "recompute", "send",       "receive",
-                         "wait",    "optimizer", "allreduce", "reduce_wait"};
-  for (std::int8_t v = 0; v < 9; ++v) H5Tenum_insert(kind.get(), names[v], &v);
+  const char* names[] = {"forward",   "backward",    "recompute",      "send",
+                         "receive",   "wait",        "optimizer",      "allreduce",
+                         "reduce_wait", "backward_input", "backward_weights"};
+  for (std::int8_t v = 0; v < 11; ++v) H5Tenum_insert(kind.get(), names[v], &v);
   h5::Handle t = h5::datatype(H5Tcreate(H5T_COMPOUND, sizeof(TraceEvent)));
   H5Tinsert(t.get(), "step", HOFFSET(TraceEvent, step), H5T_NATIVE_INT64);
   H5Tinsert(t.get(), "kind", HOFFSET(TraceEvent, kind), kind.get());

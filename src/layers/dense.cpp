@@ -54,8 +54,14 @@ void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedV
 }
 
 template <class T>
-void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
-                        SavedView<T>) {
+void Dense<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                        SavedView<T> saved) {
+  backward_weights(ctx, x, dy, saved);
+  backward_input(ctx, x, dy, dx, saved);
+}
+
+template <class T>
+void Dense<T>::backward_weights(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, SavedView<T>) {
   KokkosBlas::gemm("T", "N", T(1), x, dy, T(1), weight_grad_);
   const std::int64_t n = std::int64_t(dy.extent(0));
   auto db = bias_grad_;
@@ -66,6 +72,11 @@ void Dense<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
         for (std::int64_t i = 0; i < n; ++i) sum += dy(i, j);
         db(0, j) += sum;
       });
+}
+
+template <class T>
+void Dense<T>::backward_input(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+                              SavedView<T>) {
   if (dx.extent(0) > 0) KokkosBlas::gemm("N", "T", T(1), dy, weight_, T(0), dx);
 }
 
@@ -76,6 +87,7 @@ namespace {
 LayerEntry dense_entry() {
   LayerEntry e;
   e.name = "dense";
+  e.splits_backward = true;  // Dense::backward_input / backward_weights
   e.keys = {"units", "init"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<DenseConfig>();

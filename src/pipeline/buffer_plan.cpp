@@ -63,7 +63,8 @@ BufferPool pool(const std::vector<Interval>& intervals) {
 CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
   const int M = schedule.micro_batches;
   const auto& ops = schedule.ops.at(size_t(cell));
-  std::vector<int> forward(size_t(M), -1), recompute(size_t(M), -1), backward(size_t(M), -1);
+  std::vector<int> forward(size_t(M), -1), recompute(size_t(M), -1), backward(size_t(M), -1),
+      weights(size_t(M), -1);
   for (int i = 0; i < int(ops.size()); ++i) {
     const Op& op = ops[size_t(i)];
     const auto m = size_t(op.micro_batch);
@@ -71,19 +72,27 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
       throw InputError(fmt::format("schedule: cell {} runs an op of micro-batch {} before its "
                                    "forward",
                                    cell, op.micro_batch));
+    if (op.kind == OpKind::BackwardWeights && backward[m] < 0)
+      throw InputError(fmt::format("schedule: cell {} runs the W op of micro-batch {} before its "
+                                   "B op",
+                                   cell, op.micro_batch));
     switch (op.kind) {
       case OpKind::Forward: forward[m] = i; break;
       case OpKind::Recompute: recompute[m] = i; break;
-      case OpKind::Backward: backward[m] = i; break;
+      case OpKind::Backward:
+      case OpKind::BackwardInput: backward[m] = i; break;
+      case OpKind::BackwardWeights: weights[m] = i; break;
     }
   }
-  std::vector<Interval> whole(static_cast<size_t>(M)), kept, input_grad(static_cast<size_t>(M));
+  std::vector<Interval> whole(static_cast<size_t>(M)), kept, input_grad(static_cast<size_t>(M)),
+      weight_grad(static_cast<size_t>(M));
   std::vector<int> backward_item(size_t(M), -1), forward_item(size_t(M), -1);
   for (size_t m = 0; m < size_t(M); ++m) {
     if (forward[m] < 0) continue;
-    const int end = std::max(forward[m], backward[m]);
+    const int end = std::max({forward[m], backward[m], weights[m]});
     whole[m] = {forward[m], end};
     if (backward[m] >= 0) input_grad[m] = {backward[m], backward[m]};
+    if (weights[m] >= 0) weight_grad[m] = {backward[m], weights[m]};
     if (recompute[m] >= 0) {
       forward_item[m] = int(kept.size());
       kept.push_back({forward[m], forward[m]});
@@ -97,6 +106,7 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
   CellBufferPlan plan;
   plan.micro_batch = pool(whole);
   plan.input_grad = pool(input_grad);
+  plan.weight_grad = pool(weight_grad);
   const BufferPool all = pool(kept);
   plan.activations.slots = all.slots;
   plan.forward_slot.assign(size_t(M), -1);
@@ -114,7 +124,8 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
 std::int64_t planned_bytes(const CellBufferPlan& plan, const SlotBytes& bytes) {
   return std::int64_t(plan.micro_batch.slots) * bytes.micro_batch +
          std::int64_t(plan.activations.slots) * bytes.activations +
-         std::int64_t(plan.input_grad.slots) * bytes.input_grad + bytes.fixed;
+         std::int64_t(plan.input_grad.slots) * bytes.input_grad +
+         std::int64_t(plan.weight_grad.slots) * bytes.weight_grad + bytes.fixed;
 }
 
 }  // namespace gpipe

@@ -22,6 +22,10 @@ std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const 
   slot.micro_batch = bytes(rows, in) + (last ? 0 : bytes(rows, out)) + saved(count - 1);
   for (int l = 0; l + 1 < count; ++l) slot.activations += bytes(rows, layer(l).output.size()) + saved(l);
   slot.fixed = last ? bytes(rows, out) : 0;
+  // zero_bubble keeps the output gradient of every split layer (registry
+  // entry splits_backward, as Layer::splits_backward) from its B op to its W op.
+  for (int l = 0; l + 1 < count; ++l)
+    if (layer(l).entry && layer(l).entry->splits_backward) slot.weight_grad += bytes(rows, layer(l).output.size());
   const Schedule schedule = make_schedule(options.schedule, K, M, options.remat);
   return planned_bytes(plan_buffers(schedule, cell), slot);
 }
@@ -71,8 +75,11 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 
   train_schedule_ = make_schedule(options.schedule, cells(), M, options.remat);
   train_plan_ = plan_buffers(train_schedule_, rank());
-  for (const Op& op : train_schedule_.ops[size_t(rank())])
-    if (op.kind == OpKind::Backward) last_backward_ = op.micro_batch;
+  for (const Op& op : train_schedule_.ops[size_t(rank())]) {
+    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) last_backward_ = op.micro_batch;
+    if (op.kind == OpKind::BackwardWeights) last_weights_ = op.micro_batch;
+  }
+  for (auto& layer : layers_) splits_.push_back(layer->splits_backward());
   const CellBufferPlan& plan = train_plan_;
   const auto uninitialized = [](const std::string& name) {
     return Kokkos::view_alloc(Kokkos::WithoutInitializing, name);
@@ -101,6 +108,14 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
       input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_);
   if (is_last()) logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
   if (is_last()) loss_ = make_loss<T>(model.loss);
+  weight_grads_.resize(size_t(plan.weight_grad.slots));
+  for (int s = 0; s < plan.weight_grad.slots; ++s)
+    for (int l = 0; l + 1 < count; ++l)
+      weight_grads_[size_t(s)].push_back(
+          splits_[size_t(l)]
+              ? Matrix<T>(uninitialized(fmt::format("gpipe::Cell::weight_grad[{}][{}]", s, l)), rows,
+                          layers_[size_t(l)]->out_features())
+              : Matrix<T>());
   kept_.resize(size_t(plan.activations.slots));
   saved_.resize(size_t(plan.activations.slots));
   for (int s = 0; s < plan.activations.slots; ++s) {
@@ -213,9 +228,16 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
 }
 
 template <class T>
-void Cell<T>::backward(int m) {
+void Cell<T>::gradient_final(int layer) {
+  if (!training_ || !gradient_ready_) return;
+  final_[size_t(layer)] = true;
+  while (announced_ > 0 && final_[size_t(announced_ - 1)]) gradient_ready_(--announced_);
+}
+
+template <class T>
+void Cell<T>::backward(int m, bool split) {
   const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
-  const bool final_gradients = training_ && m == last_backward_ && gradient_ready_;
+  const bool final_gradients = training_ && m == last_backward_;
   const auto n = split_[size_t(m)].size;
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
   activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
@@ -234,24 +256,57 @@ void Cell<T>::backward(int m) {
     input_grad->wait();
   }
   {
-    const Tracer::Scope compute(tracer_, EventKind::Backward, m);
+    const Tracer::Scope compute(tracer_, split ? EventKind::BackwardInput : EventKind::Backward, m);
     const int count = int(layers_.size());
     for (int l = count - 1; l >= 0; --l) {
       Matrix<T> dx;
-      if (l > 0) {
+      if (l > 0 && split && splits_[size_t(l - 1)]) {  // layer l-1's dL/dy, kept for its W op
+        const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l - 1)];
+        dx = Matrix<T>(kept.data(), n, kept.extent(1));
+      } else if (l > 0) {
         T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
         dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
       } else if (!is_first()) {
         dx = input_grad->rows(n);
       }
-      layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
-      if (final_gradients) gradient_ready_(l);
+      if (split) {
+        layers_[size_t(l)]->backward_input(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+        if (final_gradients && !splits_[size_t(l)]) gradient_final(l);
+      } else {
+        layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+        if (final_gradients) gradient_final(l);
+      }
       dy = dx;
     }
   }
   if (is_first()) return;
   const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
   input_grad->post_send(comm(), rank() - 1, backward_tag(m), n);
+}
+
+template <class T>
+void Cell<T>::backward_weights(int m) {
+  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
+  const bool final_gradients = training_ && m == last_weights_;
+  const auto n = split_[size_t(m)].size;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
+  const Tracer::Scope compute(tracer_, EventKind::BackwardWeights, m);
+  const int count = int(layers_.size());
+  for (int l = count - 1; l >= 0; --l) {
+    if (!splits_[size_t(l)]) continue;
+    ConstMatrix<T> dy;
+    if (l + 1 < count) {
+      const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l)];
+      dy = Matrix<T>(kept.data(), n, kept.extent(1));
+    } else if (is_last()) {
+      dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
+    } else {
+      dy = output_grads_[slot].rows(n);  // waited for by the B op
+    }
+    layers_[size_t(l)]->backward_weights(ctx, layer_input(m, l), dy, layer_saved(m, l));
+    if (final_gradients) gradient_final(l);
+  }
 }
 
 template <class T>
@@ -277,6 +332,8 @@ LossSums Cell<T>::run(const Schedule& schedule, const CellBufferPlan& plan, Cons
             fmt::format("rank {}: {} targets for a batch of {} samples", rank(), targets.size(), n));
   plan_ = &plan;
   activation_slot_.assign(size_t(M), -1);
+  final_.assign(layers_.size(), false);
+  announced_ = int(layers_.size());
   const auto& ops = schedule.ops[size_t(rank())];
   // Receives are posted once the plan frees their slot (after op i, or at
   // the start of the step), so transfers overlap compute.
@@ -314,7 +371,9 @@ LossSums Cell<T>::run_posted(const std::vector<Op>& ops, const std::vector<std::
     switch (op.kind) {
       case OpKind::Forward: forward(op.micro_batch, true, training, sums); break;
       case OpKind::Recompute: forward(op.micro_batch, false, training, sums); break;
-      case OpKind::Backward: backward(op.micro_batch); break;
+      case OpKind::Backward: backward(op.micro_batch, false); break;
+      case OpKind::BackwardInput: backward(op.micro_batch, true); break;
+      case OpKind::BackwardWeights: backward_weights(op.micro_batch); break;
     }
     for (int m : posts[i + 1]) post_receives(m, training);
   }

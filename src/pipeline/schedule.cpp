@@ -29,15 +29,29 @@ std::string to_string(Remat remat) {
 ScheduleKind parse_schedule(const std::string& text, const std::string& field) {
   if (text == "fill_drain") return ScheduleKind::FillDrain;
   if (text == "1f1b") return ScheduleKind::OneFOneB;
-  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain or 1f1b)", field, text));
+  if (text == "zero_bubble") return ScheduleKind::ZeroBubble;
+  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b or zero_bubble)",
+                               field, text));
 }
 
 std::string to_string(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::FillDrain: return "fill_drain";
     case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::ZeroBubble: return "zero_bubble";
   }
   return "?";
+}
+
+char op_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::Forward: return 'F';
+    case OpKind::Recompute: return 'R';
+    case OpKind::Backward: return 'B';
+    case OpKind::BackwardInput: return 'I';
+    case OpKind::BackwardWeights: return 'W';
+  }
+  return '?';
 }
 
 namespace {
@@ -48,57 +62,87 @@ std::vector<bool> rematerialized(int micro_batches, Remat remat) {
 }
 }  // namespace
 
-Schedule fill_drain(int cells, int micro_batches, Remat remat) {
-  Schedule s;
-  s.cells = cells;
-  s.micro_batches = micro_batches;
-  s.rematerialized = rematerialized(micro_batches, remat);
-  std::vector<Op> ops;
-  for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
-  for (int m = micro_batches - 1; m >= 0; --m) {
-    if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-    ops.push_back({OpKind::Backward, m});
-  }
-  s.ops.assign(size_t(cells), ops);
-  return s;
-}
-
-Schedule one_f_one_b(int cells, int micro_batches, Remat remat) {
+namespace {
+// A schedule of `cells` empty op lists.
+Schedule blank(int cells, int micro_batches, Remat remat) {
   Schedule s;
   s.cells = cells;
   s.micro_batches = micro_batches;
   s.rematerialized = rematerialized(micro_batches, remat);
   s.ops.resize(size_t(cells));
+  return s;
+}
+
+// Appends Recompute(m) when m is re-materialized, then the backward op `kind` of m.
+void push_backward(const Schedule& s, std::vector<Op>& ops, OpKind kind, int m) {
+  if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
+  ops.push_back({kind, m});
+}
+}  // namespace
+
+Schedule fill_drain(int cells, int micro_batches, Remat remat) {
+  Schedule s = blank(cells, micro_batches, remat);
+  std::vector<Op> ops;
+  for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
+  for (int m = micro_batches - 1; m >= 0; --m) push_backward(s, ops, OpKind::Backward, m);
+  s.ops.assign(size_t(cells), ops);
+  return s;
+}
+
+Schedule one_f_one_b(int cells, int micro_batches, Remat remat) {
+  Schedule s = blank(cells, micro_batches, remat);
   for (int k = 0; k < cells; ++k) {
     auto& ops = s.ops[size_t(k)];
-    const auto backward = [&](int m) {
-      if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-      ops.push_back({OpKind::Backward, m});
-    };
     const int warm_up = std::min(micro_batches, cells - k - 1);
     for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
     for (int m = warm_up; m < micro_batches; ++m) {
       ops.push_back({OpKind::Forward, m});
-      backward(m - warm_up);
+      push_backward(s, ops, OpKind::Backward, m - warm_up);
     }
-    for (int m = micro_batches - warm_up; m < micro_batches; ++m) backward(m);
+    for (int m = micro_batches - warm_up; m < micro_batches; ++m) push_backward(s, ops, OpKind::Backward, m);
   }
   return s;
+}
+
+Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
+  Schedule s = blank(cells, micro_batches, remat);
+  for (int k = 0; k < cells; ++k) {
+    auto& ops = s.ops[size_t(k)];
+    int weights = 0;  // next micro-batch whose W op is due
+    const auto weight = [&]() { ops.push_back({OpKind::BackwardWeights, weights++}); };
+    const int warm_up = std::min(micro_batches, cells - k - 1);
+    const int lag = k;  // ZB-H1: cell k's W ops trail its I ops by k micro-batches
+    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
+    for (int m = warm_up; m < micro_batches; ++m) {
+      ops.push_back({OpKind::Forward, m});
+      push_backward(s, ops, OpKind::BackwardInput, m - warm_up);
+      if (m - warm_up >= lag) weight();
+    }
+    for (int m = micro_batches - warm_up; m < micro_batches; ++m) {
+      push_backward(s, ops, OpKind::BackwardInput, m);
+      weight();  // the cool-down: I and W alternate
+    }
+    while (weights < micro_batches) weight();
+  }
+  return s;
+}
+
+double bubble_fraction(ScheduleKind kind, int cells, int micro_batches) {
+  const int work = kind == ScheduleKind::ZeroBubble ? 3 * micro_batches : micro_batches;
+  return double(cells - 1) / double(work + cells - 1);
 }
 
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat) {
   switch (kind) {
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);
+    case ScheduleKind::ZeroBubble: return zero_bubble(cells, micro_batches, remat);
   }
   return fill_drain(cells, micro_batches, remat);
 }
 
 Schedule forward_only(int cells, int micro_batches) {
-  Schedule s;
-  s.cells = cells;
-  s.micro_batches = micro_batches;
-  s.rematerialized.assign(size_t(micro_batches), false);
+  Schedule s = blank(cells, micro_batches, Remat::Never);
   std::vector<Op> ops;
   for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
   s.ops.assign(size_t(cells), ops);

@@ -49,7 +49,8 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
   using K = EventKind;
   const auto ns = [&](K k) { return spent_[int(k)]; };
   s.step_ns = end - step_start_;
-  s.compute_ns = ns(K::Forward) + ns(K::Backward) + ns(K::Recompute) + ns(K::Optimizer);
+  s.compute_ns = ns(K::Forward) + ns(K::Backward) + ns(K::BackwardInput) + ns(K::BackwardWeights) +
+                 ns(K::Recompute) + ns(K::Optimizer);
   s.comm_ns = ns(K::Send) + ns(K::Receive) + ns(K::ReduceWait);
   s.idle_ns = ns(K::Wait);
   s.other_ns = spent_[kOther];

@@ -102,6 +102,32 @@ struct LayerHarness {
   }
 };
 
+/// The B/W split (backward_input, then backward_weights, with the dy
+/// buffer reused in between as a cell would) equals the fused backward
+/// bitwise: the same dx and the same parameter gradients.
+inline void expect_split_equals_fused(LayerHarness& h, const std::vector<double>& x0) {
+  auto& layer = *h.layer;
+  const auto in = layer.in_features(), out = layer.out_features();
+  const auto x = to_device(x0, h.rows, in);
+  const auto dy = to_device(h.r, h.rows, out);
+  Matrix<double> y("y", h.rows, out), dx("dx", h.rows, in);
+  const auto saved = h.saved_storage();
+  layer.forward(h.ctx, x, y, LayerHarness::view(saved));
+  Kokkos::deep_copy(h.grads, 0.0);
+  layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
+  const auto fused_dx = to_host(dx);
+  const auto fused_grads = to_host(h.grads);
+  Kokkos::deep_copy(h.grads, 0.0);
+  Kokkos::deep_copy(dx, 0.0);
+  layer.backward_input(h.ctx, x, dy, dx, LayerHarness::view(saved));
+  if (layer.splits_backward()) {
+    for (double g : to_host(h.grads)) EXPECT_EQ(g, 0.0) << layer.type() << ": B op wrote a weight gradient";
+  }
+  layer.backward_weights(h.ctx, x, dy, LayerHarness::view(saved));
+  EXPECT_EQ(to_host(dx), fused_dx) << layer.type();
+  EXPECT_EQ(to_host(h.grads), fused_grads) << layer.type();
+}
+
 /// Inputs in [-1.5, 1.5) away from ReLU's kink at 0.
 inline std::vector<double> layer_inputs(std::int64_t count, std::uint64_t seed = 17) {
   auto x = uniform(size_t(count), seed, -1.5, 1.5);

@@ -73,7 +73,7 @@ gpipe-train: 2 ranks (cells), 6 layers, precision float, mini-batch 128 in 8 mic
     layer  3 dense             output [128]                32896 parameters
     layer  4 relu              output [128]                    0 parameters
     layer  5 dense             output [10]                  1290 parameters
-  imbalance (max/mean cell cost) 1.709; bubble (K-1)/(M+K-1) = 0.111
+  imbalance (max/mean cell cost) 1.709; bubble of fill_drain = 0.111
 EXPECTED
 if offline check_2_ranks 0 "$train" "$deck" --check --ranks 2; then
   if head -n -1 "$tmp/out" | diff "$tmp/expected" - >"$tmp/diff" &&

@@ -194,6 +194,25 @@ TEST(Grid, DeterministicReductionIsBitwiseAcrossCells) {
   }
 }
 
+// zero_bubble with replicas: a Dense layer's gradients are final only after
+// its last W op, so the cell hands layers to the reducer (small buckets:
+// about one per layer) only once they and every layer above are final. A
+// bucket started early would reduce a partial gradient: the weights would
+// differ from 1F1B's, which zero_bubble equals bitwise.
+TEST(Grid, ZeroBubbleReducesFinalGradients) {
+  const std::string text = deck_text(15, 3);
+  for (int D = 1; D <= world_size(); ++D)
+    for (int K = 1; D * K <= world_size(); ++K) {
+      const Trained ofob = train(text, {D * K, K, true}, 2, 15, {"parallel.bucket_kib=1", "pipeline.schedule=1f1b"});
+      const Trained zb =
+          train(text, {D * K, K, true}, 2, 15, {"parallel.bucket_kib=1", "pipeline.schedule=zero_bubble"});
+      if (world_rank() == 0) {
+        EXPECT_EQ(zb.params, ofob.params) << D << " x " << K;
+        EXPECT_EQ(zb.losses, ofob.losses) << D << " x " << K;
+      }
+    }
+}
+
 // N = 10 on D = 3: shards of 4, 3 and 3 samples, each scaled by 1/10, not by
 // its own size: plain SGD gives the one-rank weights and losses.
 TEST(Grid, UnevenShardsScaleByTheGlobalBatch) {

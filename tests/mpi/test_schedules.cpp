@@ -1,11 +1,13 @@
 // Pipeline schedules across MPI ranks (ctest runs this at 1, 2, 3 and 4
 // ranks): each schedule bitwise equal across K, no deadlock for M = 1..2K+1,
-// re-materialization invisible, 1F1B against fill_drain within rounding, and
-// 1F1B's activation memory exactly K/M of fill_drain's on cell 0.
+// re-materialization invisible, 1F1B and zero_bubble against fill_drain
+// within rounding and bitwise against each other, 1F1B's activation memory
+// exactly K/M of fill_drain's on cell 0, and zero_bubble's exact bytes.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../common/mpi_util.hpp"
@@ -24,6 +26,7 @@ struct Result {
   std::vector<double> params;  // on rank 0
   double eval_loss = 0;
   std::vector<std::int64_t> activation_bytes;
+  std::vector<int> partition;  // layers per cell
 };
 
 template <class T>
@@ -40,6 +43,7 @@ Result train(const std::string& text, MPI_Comm comm, int steps = 2) {
   r.params.assign(params.begin(), params.end());
   r.eval_loss = trainer.evaluate(data).loss;
   r.activation_bytes = trainer.gather_activation_bytes();
+  r.partition = trainer.partition().counts;
   return r;
 }
 
@@ -49,7 +53,7 @@ std::string deck(int M, const std::string& schedule, const std::string& remat = 
                          "{schedule: " + schedule + ", remat: " + remat + "}");
 }
 
-const char* const kSchedules[] = {"fill_drain", "1f1b"};
+const char* const kSchedules[] = {"fill_drain", "1f1b", "zero_bubble"};
 
 TEST(Schedules, BitwiseAcrossCellsNoDeadlockRematInvisible) {
   const int K = world_size();
@@ -68,13 +72,17 @@ TEST(Schedules, BitwiseAcrossCellsNoDeadlockRematInvisible) {
   }
 }
 
-// fill_drain accumulates micro-batch gradients in the order M-1..0, 1F1B in
-// 0..M-1: equal up to the rounding of the sum's order (docs/design.md).
+// fill_drain accumulates micro-batch gradients in the order M-1..0, 1F1B and
+// zero_bubble in 0..M-1 (zero_bubble's B and W ops each run in micro-batch
+// order, and a split layer's W adds what its fused backward would): equal up
+// to the rounding of the sum's order, and 1F1B and zero_bubble bitwise
+// (docs/design.md).
 template <class T>
 void expect_close_to_fill_drain(const char* precision, double tolerance) {
   for (int M : {1, 3, 8}) {
     const Result fd = train<T>(deck(M, "fill_drain", "never", precision), MPI_COMM_WORLD);
     const Result ofob = train<T>(deck(M, "1f1b", "always", precision), MPI_COMM_WORLD);
+    const Result zb = train<T>(deck(M, "zero_bubble", "except_last", precision), MPI_COMM_WORLD);
     if (world_rank() != 0) continue;
     ASSERT_EQ(fd.params.size(), ofob.params.size());
     double worst = 0;
@@ -83,10 +91,12 @@ void expect_close_to_fill_drain(const char* precision, double tolerance) {
                                   std::max(1.0, std::abs(fd.params[i])));
     EXPECT_LE(worst, tolerance) << precision << " M=" << M;
     if (M == 1) EXPECT_EQ(fd.params, ofob.params) << "one micro-batch: the same sum";
+    EXPECT_EQ(zb.params, ofob.params) << precision << " M=" << M << ": zero_bubble is 1F1B's sum";
+    EXPECT_EQ(zb.eval_loss, ofob.eval_loss) << precision << " M=" << M;
   }
 }
 
-TEST(Schedules, OneFOneBMatchesFillDrainWithinRounding) {
+TEST(Schedules, OneFOneBAndZeroBubbleMatchFillDrainWithinRounding) {
   expect_close_to_fill_drain<double>("double", 1e-12);
   expect_close_to_fill_drain<float>("float", 1e-6);
 }
@@ -103,6 +113,36 @@ TEST(Schedules, OneFOneBActivationBytesAreKOverMOfFillDrain) {
             fd.activation_bytes[size_t(K - 1)] - logits);
   for (int k = 0; k + 1 < K; ++k)
     EXPECT_EQ(ofob.activation_bytes[size_t(k)] * M, fd.activation_bytes[size_t(k)] * (K - k)) << k;
+}
+
+// zero_bubble holds min(M, K) micro-batches on every cell (1F1B: min(M,
+// K - k)) plus, from B to W, the output gradients of the cell's Dense
+// layers other than its last: min(k + 1, M - w + 1, M) sets, w = min(M,
+// K - k - 1) (pipeline/buffer_plan.hpp). Cell 0 thus uses 1F1B's bytes plus
+// one set of them.
+TEST(Schedules, ZeroBubbleActivationBytesExact) {
+  const int K = world_size(), M = 8;
+  const Result ofob = train<double>(deck(M, "1f1b"), MPI_COMM_WORLD, 1);
+  const Result zb = train<double>(deck(M, "zero_bubble"), MPI_COMM_WORLD, 1);
+  const std::vector<std::int64_t> dense_units = {10, -1, -1, -1, 8, -1, 5, -1, 3};  // -1: not dense
+  const std::int64_t rows = kBatch / M, logits = rows * 3 * std::int64_t(sizeof(double));
+  int first = 0;
+  for (int k = 0; k < K; ++k) {
+    const int count = zb.partition[size_t(k)];
+    std::int64_t kept = 0;  // one set of kept output gradients
+    for (int l = first; l + 1 < first + count; ++l)
+      if (dense_units[size_t(l)] > 0) kept += rows * dense_units[size_t(l)] * std::int64_t(sizeof(double));
+    first += count;
+    const int w = std::min(M, K - k - 1);
+    const std::int64_t sets = std::min({k + 1, M - w + 1, M});
+    // Per micro-batch bytes: 1F1B's total over its min(M, K - k) slots (the
+    // last cell's logits buffer aside), times min(M, K) slots.
+    const std::int64_t fixed = k + 1 == K ? logits : 0;
+    const std::int64_t per_slot = (ofob.activation_bytes[size_t(k)] - fixed) / std::min(M, K - k);
+    EXPECT_EQ(zb.activation_bytes[size_t(k)], per_slot * std::min(M, K) + fixed + sets * kept)
+        << "cell " << k;
+    if (k == 0) EXPECT_EQ(zb.activation_bytes[0], ofob.activation_bytes[0] + kept);
+  }
 }
 
 }  // namespace

@@ -16,6 +16,8 @@ namespace {
 Op F(int m) { return {OpKind::Forward, m}; }
 Op B(int m) { return {OpKind::Backward, m}; }
 Op R(int m) { return {OpKind::Recompute, m}; }
+Op I(int m) { return {OpKind::BackwardInput, m}; }
+Op W(int m) { return {OpKind::BackwardWeights, m}; }
 
 TEST(Schedule, OneFOneBWarmUpSteadyCoolDown) {
   const Schedule s = one_f_one_b(3, 4, Remat::Never);
@@ -34,11 +36,84 @@ TEST(Schedule, OneFOneBWarmUpSteadyCoolDown) {
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "deck.yaml:3: pipeline.schedule: unknown schedule 'interleaved' "
-                           "(expected fill_drain or 1f1b)");
+                           "(expected fill_drain, 1f1b or zero_bubble)");
   }
 }
 
-const ScheduleKind kKinds[] = {ScheduleKind::FillDrain, ScheduleKind::OneFOneB};
+// ZB-H1: 1F1B's warm-up, W ops trailing the I ops by k on cell k, the
+// cool-down alternating I and W, the remaining W ops at the end.
+TEST(Schedule, ZeroBubbleDefersWeightOps) {
+  const Schedule s = zero_bubble(3, 4, Remat::Never);
+  EXPECT_EQ(s.ops[0], (std::vector<Op>{F(0), F(1), F(2), I(0), W(0), F(3), I(1), W(1), I(2), W(2),
+                                       I(3), W(3)}));
+  EXPECT_EQ(s.ops[1], (std::vector<Op>{F(0), F(1), I(0), F(2), I(1), W(0), F(3), I(2), W(1), I(3),
+                                       W(2), W(3)}));
+  EXPECT_EQ(s.ops[2], (std::vector<Op>{F(0), I(0), F(1), I(1), F(2), I(2), W(0), F(3), I(3), W(1),
+                                       W(2), W(3)}));
+  // M < K.
+  EXPECT_EQ(zero_bubble(4, 2, Remat::Never).ops[0], (std::vector<Op>{F(0), F(1), I(0), W(0), I(1), W(1)}));
+  EXPECT_EQ(zero_bubble(4, 2, Remat::Never).ops[3], (std::vector<Op>{F(0), I(0), F(1), I(1), W(0), W(1)}));
+  const Schedule r = zero_bubble(2, 2, Remat::ExceptLast);
+  EXPECT_EQ(r.ops[0], (std::vector<Op>{F(0), F(1), R(0), I(0), W(0), I(1), W(1)}));
+  EXPECT_EQ(r.ops[1], (std::vector<Op>{F(0), R(0), I(0), F(1), I(1), W(0), W(1)}));
+  // I and W each in micro-batch order on every cell (1F1B's backward order).
+  for (int K = 1; K <= 6; ++K)
+    for (int M = 1; M <= 13; ++M)
+      for (const auto& ops : zero_bubble(K, M, Remat::Always).ops) {
+        int next_i = 0, next_w = 0;
+        for (const Op& op : ops) {
+          if (op.kind == OpKind::BackwardInput) EXPECT_EQ(op.micro_batch, next_i++);
+          if (op.kind == OpKind::BackwardWeights) EXPECT_EQ(op.micro_batch, next_w++);
+        }
+        EXPECT_EQ(next_i, M);
+        EXPECT_EQ(next_w, M);
+      }
+  EXPECT_EQ(parse_schedule("zero_bubble", "x"), ScheduleKind::ZeroBubble);
+  EXPECT_EQ(to_string(ScheduleKind::ZeroBubble), "zero_bubble");
+  EXPECT_DOUBLE_EQ(bubble_fraction(ScheduleKind::ZeroBubble, 2, 4), 1.0 / 13);
+  EXPECT_DOUBLE_EQ(bubble_fraction(ScheduleKind::OneFOneB, 2, 4), 1.0 / 5);
+}
+
+// The zero_bubble plan alone: every cell holds min(M, K) micro-batches from
+// F to W (1F1B: min(M, K - k); equal on cell 0), and the kept output
+// gradients of cell k live from I to W: min(k + 1, M - w + 1, M) slots,
+// w = min(M, K - k - 1) the warm-up.
+TEST(BufferPlan, ZeroBubblePeakSlots) {
+  for (int K = 1; K <= 6; ++K)
+    for (int M = 1; M <= 12; ++M)
+      for (int k = 0; k < K; ++k) {
+        const auto zb = plan_buffers(zero_bubble(K, M, Remat::Never), k);
+        const int w = std::min(M, K - k - 1);
+        EXPECT_EQ(zb.micro_batch.slots, std::min(M, K)) << K << " " << M << " " << k;
+        EXPECT_EQ(zb.activations.slots, std::min(M, K));
+        EXPECT_EQ(zb.input_grad.slots, 1);
+        EXPECT_EQ(zb.weight_grad.slots, std::min({k + 1, M - w + 1, M})) << K << " " << M << " " << k;
+        if (k == 0)
+          EXPECT_EQ(zb.micro_batch.slots, plan_buffers(one_f_one_b(K, M, Remat::Never), 0).micro_batch.slots);
+        // Re-materialization: the recomputed activations live from R to W.
+        const auto remat = plan_buffers(zero_bubble(K, M, Remat::Always), k);
+        EXPECT_EQ(remat.activations.slots, zb.weight_grad.slots) << K << " " << M << " " << k;
+        EXPECT_EQ(remat.micro_batch.slots, std::min(M, K));
+        EXPECT_EQ(plan_buffers(fill_drain(K, M, Remat::Never), k).weight_grad.slots, 0);
+      }
+  // Bytes: slots x slot sizes, the kept output gradients included.
+  const SlotBytes bytes{1000, 7000, 300, 50, 40};
+  EXPECT_EQ(planned_bytes(plan_buffers(zero_bubble(2, 8, Remat::Never), 1), bytes),
+            2 * 1000 + 2 * 7000 + 1 * 300 + 50 + 2 * 40);
+  EXPECT_EQ(planned_bytes(plan_buffers(zero_bubble(2, 8, Remat::Never), 0), bytes),
+            planned_bytes(plan_buffers(one_f_one_b(2, 8, Remat::Never), 0), bytes) + 40);
+  Schedule bad = zero_bubble(1, 1, Remat::Never);
+  bad.ops[0] = {F(0), W(0), I(0)};
+  try {
+    plan_buffers(bad, 0);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "schedule: cell 0 runs the W op of micro-batch 0 before its B op");
+  }
+}
+
+const ScheduleKind kKinds[] = {ScheduleKind::FillDrain, ScheduleKind::OneFOneB,
+                               ScheduleKind::ZeroBubble};
 const Remat kRemats[] = {Remat::Never, Remat::Always, Remat::ExceptLast};
 
 TEST(BufferPlan, PeakSlots) {
@@ -108,6 +183,7 @@ TEST(BufferPlan, SlotsNeverOverlap) {
             expect_consistent(p.micro_batch, what);
             expect_consistent(p.activations, what);
             expect_consistent(p.input_grad, what);
+            expect_consistent(p.weight_grad, what);
           }
         }
   Schedule bad = fill_drain(1, 2, Remat::Never);
@@ -119,8 +195,9 @@ TEST(BufferPlan, SlotsNeverOverlap) {
 // a receive is posted when its slot is free (plan free_after), Forward(m)
 // needs m's activation from cell k-1 and, to reuse its output slot, the
 // previous occupant's send matched by a posted receive on cell k+1;
-// Backward(m) likewise with the gradient from cell k+1 and its input-gradient
-// slot. Returns false when no cell can make progress before all are done.
+// Backward(m) (or BackwardInput(m)) likewise with the gradient from cell k+1
+// and its input-gradient slot; BackwardWeights needs no message. Returns
+// false when no cell can make progress before all are done.
 bool runs_to_completion(const Schedule& s) {
   const int K = s.cells, M = s.micro_batches;
   std::vector<CellBufferPlan> plans;
@@ -153,14 +230,14 @@ bool runs_to_completion(const Schedule& s) {
         if (k > 0) ready = posted[size_t(k)][m] && forwarded[size_t(k - 1)][m];
         const int p = previous(plans[size_t(k)].micro_batch, int(m));
         if (k + 1 < K && p >= 0) ready = ready && posted[size_t(k + 1)][size_t(p)];
-      } else if (op.kind == OpKind::Backward) {
+      } else if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) {
         if (k + 1 < K) ready = posted[size_t(k)][m] && backwarded[size_t(k + 1)][m];
         const int p = previous(plans[size_t(k)].input_grad, int(m));
         if (k > 0 && p >= 0) ready = ready && posted[size_t(k - 1)][size_t(p)];
       }
       if (!ready) continue;
       if (op.kind == OpKind::Forward) forwarded[size_t(k)][m] = true;
-      if (op.kind == OpKind::Backward) backwarded[size_t(k)][m] = true;
+      if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) backwarded[size_t(k)][m] = true;
       post(k, int(next[size_t(k)]));
       ++next[size_t(k)];
       progress = true;

@@ -34,6 +34,22 @@ TEST(LayerGradients, Dropout) {
   h.check(inputs(8), 1e-7);
 }
 
+// Zero-bubble schedules run backward_input (B) and backward_weights (W) as
+// separate ops: Dense splits for real, every other layer runs its whole
+// backward at B; either way the result is the fused backward's, bitwise.
+TEST(LayerSplit, BackwardInputThenWeightsEqualsFusedBitwise) {
+  {
+    Harness h("{type: dense, units: 4}", {5});
+    EXPECT_TRUE(h.layer->splits_backward());
+    test::expect_split_equals_fused(h, inputs(5));
+  }
+  for (const char* yaml : {"{type: relu}", "{type: layer_norm}", "{type: dropout, rate: 0.4}"}) {
+    Harness h(yaml, {6});
+    EXPECT_FALSE(h.layer->splits_backward()) << yaml;
+    test::expect_split_equals_fused(h, inputs(6));
+  }
+}
+
 TEST(LayerValues, DenseComputesAffineMap) {
   Harness h("{type: dense, units: 2}", {3});
   // W (3x2) row-major, then b (1x2).

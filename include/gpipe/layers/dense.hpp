@@ -35,6 +35,13 @@ class Dense final : public Layer<T> {
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T> saved) override;
+  /// Splits: backward_input dx = dy W^T (one gemm); backward_weights
+  /// dW += x^T dy, db += sum_rows dy. backward() runs weights then input.
+  bool splits_backward() const override { return true; }
+  void backward_input(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                      SavedView<T> saved) override;
+  void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                        SavedView<T> saved) override;
   using Layer<T>::forward;
   using Layer<T>::backward;
   Init init() const { return init_; }

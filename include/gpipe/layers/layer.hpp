@@ -92,6 +92,35 @@ class Layer {
   virtual void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                         SavedView<T> saved) = 0;
 
+  /// The backward split into its two halves, for zero-bubble schedules
+  /// (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): the B op,
+  /// backward_input(), computes dL/dx (on the critical path of the pipeline);
+  /// the W op, backward_weights(), adds dL/dparameters and may run later.
+  /// A layer that splits (splits_backward() true) computes only dx in
+  /// backward_input() and only the parameter gradients in
+  /// backward_weights(), which reads the same x, saved state and dy, so the
+  /// caller keeps them until the W op. The default, for every other layer:
+  /// backward_input() is the whole backward() and backward_weights() does
+  /// nothing. backward() of a splitting layer must equal
+  /// backward_weights() followed by backward_input() bitwise.
+  virtual bool splits_backward() const { return false; }
+  /// B op: dL/dx into dx (not computed when dx has extent 0); for layers that
+  /// do not split, also the parameter gradients (the whole backward()).
+  virtual void backward_input(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                              Matrix<T> dx, SavedView<T> saved) {
+    backward(ctx, x, dy, dx, saved);
+  }
+  /// W op: *adds* dL/dparameters to the bound gradients, from the same x,
+  /// dy and saved state the B op of this micro-batch had. No-op unless
+  /// splits_backward().
+  virtual void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                                SavedView<T> saved) {
+    (void)ctx;
+    (void)x;
+    (void)dy;
+    (void)saved;
+  }
+
   /// forward()/backward() with saved state allocated for this call only (for
   /// tests and profiling; the cell passes storage it owns). backward() then
   /// runs forward() first to fill it.

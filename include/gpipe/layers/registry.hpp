@@ -95,6 +95,10 @@ struct LayerEntry {
   /// first layer computes none).
   double (*flops)(const LayerConfig& config, const Shape& input, const Shape& output,
                   std::int64_t batch, bool input_gradient) = nullptr;
+  /// The layer computes its backward as separate B (input gradient) and W
+  /// (weight gradient) ops; must equal its Layer::splits_backward(). The
+  /// buffer plan keeps its output gradient from B to W (zero_bubble).
+  bool splits_backward = false;
   std::unique_ptr<Layer<float>> (*make_float)(const LayerShape& shape) = nullptr;
   std::unique_ptr<Layer<double>> (*make_double)(const LayerShape& shape) = nullptr;
 };

@@ -29,6 +29,10 @@ struct BufferPool {
 };
 
 /// One cell's plan. Interval of each pool for micro-batch m:
+/// A split backward's BackwardInput(m) (I) stands for Backward(m) below,
+/// and every interval that would end at it ends at BackwardWeights(m) (W)
+/// instead when W comes later: W reads the layer inputs, the saved state
+/// and the output gradients, so all of them live until it has run.
 ///  - micro_batch: [Forward(m), last Backward op of m] (the whole step when
 ///    forward-only ends at Forward(m)): the received cell input, the cell
 ///    output (send buffer, waited at m's Backward, by when its receiver has
@@ -41,17 +45,23 @@ struct BufferPool {
 ///  - input_grad: [Backward(m), Backward(m)]: dL/dinput send buffer, waited
 ///    before its slot is reused (its receive was posted at the receiver's
 ///    Forward(m), so the wait cannot block on the receiver's progress).
+///  - weight_grad: [BackwardInput(m), BackwardWeights(m)]: the output
+///    gradients of the splitting layers 0..L_k-2 (dL/dy of the cell's last
+///    layer is the micro_batch slot's received gradient). Unused (0 slots)
+///    by schedules without W ops.
 struct CellBufferPlan {
   BufferPool micro_batch;
   BufferPool activations;       ///< intervals of kept micro-batches and recomputes
   std::vector<int> forward_slot;  ///< [m] activations slot Forward(m) writes
   BufferPool input_grad;
+  BufferPool weight_grad;
 };
 
 /// The plan of cell `cell` of `schedule`. Slots are assigned greedily in op
 /// order (lowest free slot), which needs exactly the peak number of
 /// overlapping intervals. Throws InputError when the cell's op list does
-/// not run Forward(m) before any other op of m.
+/// not run Forward(m) before any other op of m, or runs BackwardWeights(m)
+/// before BackwardInput(m).
 CellBufferPlan plan_buffers(const Schedule& schedule, int cell);
 
 /// Bytes of one slot of each pool (micro-batches of the largest size).
@@ -60,6 +70,7 @@ struct SlotBytes {
   std::int64_t activations = 0;  ///< outputs of layers 0..L_k-2 + their saved state
   std::int64_t input_grad = 0;   ///< dL/dinput send buffer (0: not counted)
   std::int64_t fixed = 0;        ///< buffers independent of the schedule (last cell's logits)
+  std::int64_t weight_grad = 0;  ///< output gradients kept for the W op (splitting layers 0..L_k-2)
 };
 
 /// Bytes the plan allocates: sum over pools of slots x slot bytes, plus fixed.

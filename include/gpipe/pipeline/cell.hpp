@@ -135,7 +135,13 @@ class Cell {
   void abandon() noexcept;
   void forward(int m, bool keep, bool training, LossSums& sums);
   void post_receives(int m, bool training);
-  void backward(int m);
+  // Backward (fused) when `split` is false; BackwardInput (B of a split backward) when true.
+  void backward(int m, bool split);
+  void backward_weights(int m);
+  // Marks layer l's gradients final for the step and announces, in
+  // descending layer order, every layer whose gradients and whose higher
+  // layers' gradients are final (gradient_ready_).
+  void gradient_final(int layer);
   ConstMatrix<T> layer_input(int m, int layer) const;
   Matrix<T> layer_output(int m, int layer) const;
   SavedView<T> layer_saved(int m, int layer) const;
@@ -157,6 +163,8 @@ class Cell {
   std::vector<Matrix<T>> logit_grads_;          // [micro_batch slot] last cell: dL/dlogits
   std::vector<Vector<T>> saved_last_;           // [micro_batch slot] the last layer's saved state
   std::vector<BoundaryBuffer<T>> input_grads_;  // [input_grad slot] dL/dinput to send (not on the first cell)
+  std::vector<std::vector<Matrix<T>>> weight_grads_;  // [weight_grad slot][l] dL/dy of splitting layers 0..L_k-2 kept for W
+  std::vector<bool> splits_;                    // [l] layer l splits its backward (Layer::splits_backward)
   std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L_k-2
   std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L_k-2
   Matrix<T> logits_;                            // last cell: (capacity, classes)
@@ -165,7 +173,10 @@ class Cell {
   std::int64_t activation_bytes_ = 0;
   Tracer* tracer_ = nullptr;
   std::function<void(int)> gradient_ready_;
-  int last_backward_ = -1;  // micro-batch of this cell's last Backward op in train_schedule_
+  int last_backward_ = -1;  // micro-batch of this cell's last Backward or BackwardInput op in train_schedule_
+  int last_weights_ = -1;   // micro-batch of its last BackwardWeights op (-1: none)
+  std::vector<bool> final_;  // [l] per step: layer l's gradients are final
+  int announced_ = 0;        // per step: layers >= announced_ were passed to gradient_ready_
 
   // Per-step state.
   std::vector<MicroBatch> split_;

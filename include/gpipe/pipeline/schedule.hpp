@@ -23,9 +23,10 @@ std::string to_string(Remat remat);
 enum class ScheduleKind {
   FillDrain,  ///< GPipe: all forwards, then all backwards (Huang et al. 2019, Fig. 2c)
   OneFOneB,   ///< PipeDream-flush 1F1B (Narayanan et al. 2021): at most K - k micro-batches in flight on cell k
+  ZeroBubble, ///< ZB-H1 (Qi et al. 2023): backward split into B and W, W ops fill the drain bubble
 };
 
-/// Parses "fill_drain" | "1f1b"; throws InputError naming `field`.
+/// Parses "fill_drain" | "1f1b" | "zero_bubble"; throws InputError naming `field`.
 ScheduleKind parse_schedule(const std::string& text, const std::string& field);
 std::string to_string(ScheduleKind kind);
 
@@ -33,7 +34,17 @@ enum class OpKind {
   Forward,    ///< receive input (or take it from the batch), run the cell's layers, send output (or loss)
   Recompute,  ///< re-run the forward of a re-materialized micro-batch from its kept input
   Backward,   ///< receive output gradient (or loss gradient), run backward, send input gradient
+  /// B of a split backward: like Backward, but layers that split
+  /// (Layer::splits_backward) compute only dL/dinput; their parameter
+  /// gradients wait for the BackwardWeights op of the same micro-batch.
+  BackwardInput,
+  /// W of a split backward: the parameter gradients of the layers that
+  /// split, from the kept layer inputs and output gradients. No communication.
+  BackwardWeights,
 };
+
+/// One letter per kind for messages and tests: F, R, B (fused), I (B of a split), W.
+char op_letter(OpKind kind);
 
 struct Op {
   OpKind kind;
@@ -63,6 +74,29 @@ Schedule fill_drain(int cells, int micro_batches, Remat remat);
 /// so gradients accumulate in the opposite order (equal to fill_drain within
 /// rounding, not bitwise; docs/design.md, "Schedules").
 Schedule one_f_one_b(int cells, int micro_batches, Remat remat);
+
+/// Zero bubble ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+/// sec. 3.1, with T_F = T_B = T_W): backward split into BackwardInput (I)
+/// and BackwardWeights (W) ops. Cell k runs the 1F1B warm-up of
+/// w = min(M, K - k - 1) forwards, then F(m + w), I(m) pairs as 1F1B does,
+/// but its W ops lag d = k micro-batches behind its I ops: W(m - d) after
+/// I(m) once m >= d; in the cool-down each I is followed by the oldest
+/// pending W, and the remaining W ops end the step. Only I is on the backward critical path, and each
+/// cell's deferred W ops run while later cells drain, so with equal op
+/// times the idle fraction is (K-1)/(3M+K-1) instead of 1F1B's
+/// (K-1)/(M+K-1). In flight (F(m) run, W(m) not yet): w + 1 + d = K
+/// micro-batches on every cell (1F1B: K - k), so the peak over cells equals
+/// 1F1B's (cell 0's). I and W ops each run in micro-batch order 0..M-1 on
+/// every cell, the order 1F1B's backwards run in, so parameter gradients
+/// accumulate in the same order as 1F1B's (bitwise equal weights).
+/// Re-materialization: Recompute(m) right before I(m).
+Schedule zero_bubble(int cells, int micro_batches, Remat remat);
+
+/// Idle fraction of a step of `kind` with balanced cells and, for
+/// zero_bubble, equal F, B and W times: (K-1)/(M+K-1) for fill_drain and
+/// 1f1b; (K-1)/(3M+K-1) for zero_bubble (ZB-H1's bubble (K-1)(T_F+T_B-T_W)
+/// over a step of M(T_F+T_B+T_W) busy time per cell, Qi et al. 2023 sec. 3.1).
+double bubble_fraction(ScheduleKind kind, int cells, int micro_batches);
 
 /// The training schedule of `kind`.
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat);

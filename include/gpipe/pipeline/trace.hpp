@@ -21,6 +21,8 @@ enum class EventKind : std::int8_t {
                   ///< is outside the step's compute/comm/idle accounting
   ReduceWait = 8, ///< blocked on the gradient reductions before the optimizer
                   ///< (data-parallel communication not hidden behind backward)
+  BackwardInput = 9,    ///< B of a split backward (zero_bubble): input gradients
+  BackwardWeights = 10, ///< W of a split backward (zero_bubble): weight gradients
 };
 
 /// One timed operation. Times are seconds since the run's common origin.
@@ -33,8 +35,8 @@ struct TraceEvent {
   std::int64_t bytes;        ///< bytes sent or received (0 for compute)
 };
 
-/// Per-rank totals of one recorded step. compute = forward + backward +
-/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait;
+/// Per-rank totals of one recorded step. compute = forward + backward
+/// (fused, or its B and W parts) + recompute + optimizer; comm = send + receive + reduce_wait; idle = wait;
 /// other = time between operations (staging, bookkeeping, preemption by the
 /// OS). All-reduce events overlap the others and are outside this accounting.
 /// Exact by construction: every interval between two consecutive clock reads
@@ -113,7 +115,7 @@ class Tracer {
   std::int64_t read();
   double seconds(std::int64_t ns) const { return double(ns - origin_) * 1e-9; }
 
-  static constexpr int kOther = 9;  // index after the EventKinds
+  static constexpr int kOther = 11;  // index after the EventKinds
   Clock clock_;
   std::int64_t origin_;
   bool recording_ = false;
