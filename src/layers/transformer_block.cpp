@@ -106,7 +106,9 @@ using Unblocked = KokkosBatched::Algo::Gemm::Unblocked;
 template <class TA, class TB>
 using TeamGemm = KokkosBatched::TeamGemm<TeamMember, TA, TB, Unblocked>;
 
-using Cols = std::pair<std::int64_t, std::int64_t>;
+// Kokkos::pair, not std::pair: std::pair's constructors are host-only, and
+// nvcc compiled head() on the device to an empty subview (found on an H200).
+using Cols = Kokkos::pair<std::int64_t, std::int64_t>;
 
 // Columns first .. first + dh - 1 of sample i's (T, cols) rows: one head's
 // q, k, v (in qkv) or output (in o), a strided (T, dh) view.

@@ -7,6 +7,23 @@
 #include "gpipe/pipeline/transport.hpp"
 
 namespace gpipe {
+namespace {
+
+// out(i) = ((g(i) + g(n + i)) + g(2n + i)) + ...: replica order, the same on every
+// rank. A free function because CUDA's extended lambdas may not sit in a private
+// member function.
+template <class GatheredView, class OutView>
+void sum_in_replica_order(const GatheredView& g, const OutView& out, int D, std::int64_t n) {
+  Kokkos::parallel_for(
+      "gpipe::GradientReducer::sum_in_replica_order", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        auto sum = g(i);
+        for (int r = 1; r < D; ++r) sum += g(std::int64_t(r) * n + i);
+        out(i) = sum;
+      });
+}
+
+}  // namespace
 
 template <class T>
 GradientReducer<T>::GradientReducer(MPI_Comm group, Vector<T> gradients,
@@ -84,18 +101,8 @@ void GradientReducer<T>::complete(Bucket& b) {
     if (staged_)
       Kokkos::deep_copy(Kokkos::subview(gathered_, gathered_range),
                         Kokkos::subview(gathered_host_, gathered_range));
-    const auto g = Kokkos::subview(gathered_, gathered_range);
-    const auto out = Kokkos::subview(grads_, range);
-    const int D = replicas_;
-    const std::int64_t n = b.count;
-    // Replica order, the same on every rank: ((g0 + g1) + g2) + ...
-    Kokkos::parallel_for(
-        "gpipe::GradientReducer::sum_in_replica_order", Kokkos::RangePolicy<ExecSpace>(0, n),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          T sum = g(i);
-          for (int r = 1; r < D; ++r) sum += g(std::int64_t(r) * n + i);
-          out(i) = sum;
-        });
+    sum_in_replica_order(Kokkos::subview(gathered_, gathered_range), Kokkos::subview(grads_, range),
+                         replicas_, b.count);
   } else if (staged_) {
     Kokkos::deep_copy(Kokkos::subview(grads_, range), Kokkos::subview(grads_host_, range));
   }

@@ -291,7 +291,6 @@ LossSums Pipeline<T>::step(const float* inputs, const float* targets, std::int64
 
 template <class T>
 LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
-  const int D = shape_.replicas;
   const double lr = next_learning_rate();
   const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
