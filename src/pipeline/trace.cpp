@@ -69,10 +69,22 @@ void Tracer::record(EventKind kind, int micro_batch, double start, double end, s
 }
 
 const char* region_name(EventKind kind) {
-  static const char* names[] = {"gpipe::forward", "gpipe::backward", "gpipe::recompute", "gpipe::send",
-                                "gpipe::receive", "gpipe::wait",     "gpipe::optimizer",
-                                "gpipe::allreduce", "gpipe::reduce_wait"};
-  return names[int(kind)];
+  // A switch, not a table: a new EventKind without a name is a compiler warning
+  // (-Wswitch), not an out-of-bounds read.
+  switch (kind) {
+    case EventKind::Forward: return "gpipe::forward";
+    case EventKind::Backward: return "gpipe::backward";
+    case EventKind::Recompute: return "gpipe::recompute";
+    case EventKind::Send: return "gpipe::send";
+    case EventKind::Receive: return "gpipe::receive";
+    case EventKind::Wait: return "gpipe::wait";
+    case EventKind::Optimizer: return "gpipe::optimizer";
+    case EventKind::AllReduce: return "gpipe::allreduce";
+    case EventKind::ReduceWait: return "gpipe::reduce_wait";
+    case EventKind::BackwardInput: return "gpipe::backward_input";
+    case EventKind::BackwardWeights: return "gpipe::backward_weights";
+  }
+  return "gpipe::event";
 }
 
 Tracer::Scope::Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes)
