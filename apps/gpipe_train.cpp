@@ -165,11 +165,12 @@ int check_deck(const Options& options, bool print) {
 // --list-keys: every deck key with its domain, and the layer types with theirs.
 void list_keys() {
   fmt::print("Deck keys (docs/input-deck.md), each settable with --set KEY=VALUE:\n");
-  for (const auto& key : gpipe::settable_keys())
-    fmt::print("  {:<32} {}\n", key, gpipe::key_domain(key));
+  for (const auto& key : gpipe::settable_keys())  // pipeline.balance: a word or a list
+    fmt::print("  {:<32} {}\n", key,
+               key == "pipeline.balance" ? "flops | params | time, or [layers per cell, ...]"
+                                         : gpipe::key_domain(key));
   fmt::print("  {:<32} {}\n", "model.input", "the per-sample input shape: [features] or [C, H, W]");
   fmt::print("  {:<32} {}\n", "model.layers", "a list of layers, {type: TYPE, KEY: VALUE, ...}");
-  fmt::print("  {:<32} {}\n", "pipeline.balance (list)", "explicit layer counts per cell");
   fmt::print("Layer types (model.layers) and their keys besides type:\n");
   for (const auto& type : gpipe::layer_types()) {
     const auto* entry = gpipe::find_layer_entry(type);

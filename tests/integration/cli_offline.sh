@@ -63,17 +63,18 @@ fi
 
 # --check: the quickstart deck on 2 ranks.
 cat >"$tmp/expected" <<EXPECTED
-gpipe-train: 2 ranks (cells), 6 layers, precision float, mini-batch 128 in 8 micro-batches, schedule fill_drain, re-materialization never
+gpipe-train: 2 ranks (cells), 7 layers, precision float, mini-batch 128 in 8 micro-batches, schedule fill_drain, re-materialization never
   input shape [784]
-  cell 0: layers 0-0 (1 layers), cost 2.01e+05 (params), activations 0.38 MiB
-    layer  0 dense             output [256]               200960 parameters
-  cell 1: layers 1-5 (5 layers), cost 3.419e+04 (params), activations 0.07 MiB
-    layer  1 relu              output [256]                    0 parameters
-    layer  2 dropout           output [256]                    0 parameters
-    layer  3 dense             output [128]                32896 parameters
-    layer  4 relu              output [128]                    0 parameters
-    layer  5 dense             output [10]                  1290 parameters
-  imbalance (max/mean cell cost) 1.709; bubble of fill_drain = 0.111
+  cell 0: layers 0-0 (1 layers), cost 2.571e+07 (flops), activations 0.63 MiB
+    layer  0 dense             output [512]               401920 parameters
+  cell 1: layers 1-6 (6 layers), cost 1.291e+07 (flops), activations 1.13 MiB
+    layer  1 relu              output [512]                    0 parameters
+    layer  2 dropout           output [512]                    0 parameters
+    layer  3 dense             output [256]               131328 parameters
+    layer  4 relu              output [256]                    0 parameters
+    layer  5 dropout           output [256]                    0 parameters
+    layer  6 dense             output [10]                  2570 parameters
+  imbalance (max/mean cell cost) 1.331; bubble of fill_drain = 0.111
 EXPECTED
 if offline check_2_ranks 0 "$train" "$deck" --check --ranks 2; then
   if head -n -1 "$tmp/out" | diff "$tmp/expected" - >"$tmp/diff" &&
