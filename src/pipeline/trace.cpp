@@ -51,7 +51,7 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
   s.step_ns = end - step_start_;
   s.compute_ns = ns(K::Forward) + ns(K::Backward) + ns(K::Recompute) + ns(K::Optimizer);
   s.comm_ns = ns(K::Send) + ns(K::Receive) + ns(K::ReduceWait);
-  s.idle_ns = ns(K::Wait);
+  s.idle_ns = ns(K::Wait) + ns(K::LinkWait);
   s.other_ns = spent_[kOther];
   s.step_time = double(s.step_ns) * 1e-9;
   s.compute_time = double(s.compute_ns) * 1e-9;
@@ -70,7 +70,8 @@ void Tracer::record(EventKind kind, int micro_batch, double start, double end, s
 const char* region_name(EventKind kind) {
   static const char* names[] = {"gpipe::forward", "gpipe::backward", "gpipe::recompute", "gpipe::send",
                                 "gpipe::receive", "gpipe::wait",     "gpipe::optimizer",
-                                "gpipe::allreduce", "gpipe::reduce_wait"};
+                                "gpipe::allreduce", "gpipe::reduce_wait", "gpipe::wire",
+                                "gpipe::link_wait"};
   return names[int(kind)];
 }
 

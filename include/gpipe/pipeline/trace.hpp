@@ -21,6 +21,12 @@ enum class EventKind : std::int8_t {
                   ///< is outside the step's compute/comm/idle accounting
   ReduceWait = 8, ///< blocked on the gradient reductions before the optimizer
                   ///< (data-parallel communication not hidden behind backward)
+  Wire = 9,       ///< emulated link (pipeline.link): a message received by this rank
+                  ///< from its send to its modelled arrival, or a gradient bucket's
+                  ///< modelled ring reduction; overlaps other events, so it is outside
+                  ///< the step's accounting
+  LinkWait = 10,  ///< emulated link: blocked until a message's modelled arrival (the
+                  ///< part of the wire time not hidden behind compute): idle
 };
 
 /// One timed operation. Times are seconds since the run's common origin.
@@ -34,7 +40,8 @@ struct TraceEvent {
 };
 
 /// Per-rank totals of one recorded step. compute = forward + backward +
-/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait;
+/// recompute + optimizer; comm = send + receive + reduce_wait; idle = wait +
+/// link_wait;
 /// other = time between operations (staging, bookkeeping, preemption by the
 /// OS). All-reduce events overlap the others and are outside this accounting.
 /// Exact by construction: every interval between two consecutive clock reads
@@ -82,6 +89,12 @@ class Tracer {
   /// Appends an event timed by the caller (an operation that overlaps the
   /// scoped ones, such as an all-reduce), if recording. Times from now().
   void record(EventKind kind, int micro_batch, double start, double end, std::int64_t bytes);
+  /// The same with times in the clock's nanoseconds (as Tracer::steady_ns() and
+  /// link_clock_ns() return them).
+  void record_ns(EventKind kind, int micro_batch, std::int64_t start_ns, std::int64_t end_ns,
+                 std::int64_t bytes) {
+    record(kind, micro_batch, seconds(start_ns), seconds(end_ns), bytes);
+  }
   /// Ends the step and appends its StepSummary (if recorded).
   void end_step(std::int64_t peak_activation_bytes);
   bool recording() const { return recording_; }
@@ -113,7 +126,7 @@ class Tracer {
   std::int64_t read();
   double seconds(std::int64_t ns) const { return double(ns - origin_) * 1e-9; }
 
-  static constexpr int kOther = 9;  // index after the EventKinds
+  static constexpr int kOther = 11;  // index after the EventKinds
   Clock clock_;
   std::int64_t origin_;
   bool recording_ = false;
@@ -129,7 +142,7 @@ class Tracer {
 
 /// Kokkos profiling region of an event kind: "gpipe::forward", "gpipe::backward",
 /// "gpipe::recompute", "gpipe::send", "gpipe::receive", "gpipe::wait", "gpipe::optimizer",
-/// "gpipe::allreduce", "gpipe::reduce_wait".
+/// "gpipe::allreduce", "gpipe::reduce_wait", "gpipe::wire", "gpipe::link_wait".
 const char* region_name(EventKind kind);
 
 /// Mean idle_fraction over `steps` (0 if empty).
