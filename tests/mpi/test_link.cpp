@@ -124,7 +124,7 @@ const std::vector<std::string> kSlowLink = {"pipeline.link.latency_us=300",
 
 TEST(EmulatedLink, TrainingBitwiseUnchanged) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for (const std::string schedule : {"fill_drain", "1f1b"}) {
+  for (const char* schedule : {"fill_drain", "1f1b"}) {
     const Run plain = train(2, 2, {}, schedule);
     const Run linked = train(2, 2, kSlowLink, schedule);
     if (world_rank() != 0) continue;

@@ -34,6 +34,13 @@ class Communicator {
 inline int forward_tag(int micro_batch) { return 2 * micro_batch; }
 inline int backward_tag(int micro_batch) { return 2 * micro_batch + 1; }
 
+/// A message's passage over an emulated link, in link_clock_ns() time.
+struct WireTime {
+  std::int64_t sent_ns = 0;     ///< when the sender handed it to the wire
+  std::int64_t arrival_ns = 0;  ///< modelled arrival (Wire::transmit)
+  std::int64_t bytes = 0;       ///< payload bytes (0: no emulated link)
+};
+
 /// One boundary buffer of (capacity rows, cols) in MemSpace and the
 /// non-blocking MPI operation on it. When MemSpace is not host-accessible and
 /// GPIPE_ENABLE_GPU_AWARE_MPI is off, data is staged through a host mirror
@@ -109,13 +116,6 @@ class BoundaryBuffer {
   std::string describe() const;
   T* mpi_buffer() const;
   bool staged() const;
-};
-
-/// A message's passage over an emulated link, in link_clock_ns() time.
-struct WireTime {
-  std::int64_t sent_ns = 0;     ///< when the sender handed it to the wire
-  std::int64_t arrival_ns = 0;  ///< modelled arrival (Wire::transmit)
-  std::int64_t bytes = 0;       ///< payload bytes (0: no emulated link)
 };
 
 /// MPI datatype of T (MPI_FLOAT or MPI_DOUBLE).
