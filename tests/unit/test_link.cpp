@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/deck_error.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
@@ -49,12 +50,7 @@ const char* kDeck =
     "training: {epochs: 1, batch_size: 4}\n";
 
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    parse_deck(text, "deck.yaml", sets);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::deck_text_error(text, sets);
 }
 
 TEST(LinkDeck, OffByDefault) {
