@@ -208,7 +208,7 @@ def main():
                 if not pts:
                     continue
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], styles[j % len(styles)], color=color,
-                        marker="o", ms=3, label=f"M={m}, {lat:g} us" if True else None)
+                        marker="o", ms=3, label=f"M={m}, {lat:g} us")
             row = next((r for r in rows if r["deck"] == deck and r["micro_batches"] == m), None)
             if b and row and row["predicted_crossover_gbps"]:
                 ax.plot([row["predicted_crossover_gbps"]], [b["samples_per_second"]], "x", color=color, ms=9)
