@@ -221,7 +221,14 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                           {"data_parallel_seconds_per_step", c.data_parallel_seconds},
                           {"allreduce_seconds_per_step", c.allreduce_seconds},
                           {"allreduce_overlap_fraction", c.overlap_fraction}};
+    if (deck.pipeline.link.enabled())
+      j["communication"]["link"] = {{"wire_seconds_per_step", c.link_wire_seconds},
+                                    {"link_wait_seconds_per_step", c.link_wait_seconds},
+                                    {"overlap_fraction", c.link_overlap_fraction}};
   }
+  if (deck.pipeline.link.enabled())
+    j["link"] = {{"latency_us", deck.pipeline.link.latency_us},
+                 {"bandwidth_gbps", deck.pipeline.link.bandwidth_gbps}};
   j["activation_bytes_per_cell"] = bytes;
   j["train_samples"] = train_set.samples;
   j["test_samples"] = test_set.samples;

@@ -34,7 +34,7 @@ except ImportError as e:
 
 DEFAULT_KINDS = {"forward": 0, "backward": 1, "recompute": 2, "send": 3, "receive": 4, "wait": 5,
                  "optimizer": 6, "allreduce": 7, "reduce_wait": 8, "backward_input": 9,
-                 "backward_weights": 10}
+                 "backward_weights": 10, "wire": 11, "link_wait": 12}
 EVENT_FIELDS = ("step", "kind", "micro_batch", "start", "end")
 STEP_FIELDS = ("step", "start", "end", "step_time", "idle_time")
 BOXES = {  # kind: (color, label prefix)
@@ -145,6 +145,12 @@ def main():
             elif kind == "wait":
                 ax.broken_barh([(x, w)], (r - 0.3, 0.6), facecolor="#dddddd", edgecolor="#888888",
                                hatch="xx", linewidth=0.4)
+            elif kind == "link_wait":  # emulated link: holding for a modelled arrival
+                ax.broken_barh([(x, w)], (r - 0.3, 0.6), facecolor="#f2c94c", edgecolor="#888888",
+                               hatch="..", linewidth=0.4)
+            elif kind == "wire":  # emulated link: a message to this rank on the wire (thin line)
+                ax.broken_barh([(x, max(w, width_ms * 1e-3))], (r + 0.2, 0.06), facecolor="#2ca02c",
+                               edgecolor="#2ca02c", linewidth=0.5)
             elif kind in ("send", "receive"):
                 y = r - 0.42 if kind == "send" else r + 0.32
                 color = "black" if kind == "send" else "#C44E52"
@@ -172,7 +178,9 @@ def main():
                if k in present]
     extra = {"send": Patch(facecolor="black", label="send (top)"),
              "receive": Patch(facecolor="#C44E52", label="receive (bottom)"),
-             "wait": Patch(facecolor="#dddddd", edgecolor="#888888", hatch="xx", label="wait")}
+             "wait": Patch(facecolor="#dddddd", edgecolor="#888888", hatch="xx", label="wait"),
+             "link_wait": Patch(facecolor="#f2c94c", edgecolor="#888888", hatch="..", label="link wait"),
+             "wire": Patch(facecolor="#2ca02c", label="on the wire (emulated)")}
     handles += [h for k, h in extra.items() if k in present]
     handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", hatch="///", label="idle"))
     height = fig.get_size_inches()[1]

@@ -32,7 +32,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every", "nonfinite"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
-      {"pipeline", {"balance", "remat", "schedule"}},
+      {"pipeline", {"balance", "remat", "schedule", "link"}},
+      {"pipeline.link", {"latency_us", "bandwidth_gbps"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
       {"trace", {"file", "every"}},
@@ -147,6 +148,8 @@ const std::map<std::string, Domain>& domains() {
     t["optimizer.schedule"] = choice({"constant", "cosine"});
     t["pipeline.remat"] = choice({"never", "always", "except_last"});
     t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble"});
+    t["pipeline.link.latency_us"] = number(0, false);
+    t["pipeline.link.bandwidth_gbps"] = number(0, true);
     t["parallel.cells"] = integer(0, kIntMax);
     t["parallel.placement"] = choice({"replica", "pipeline"});
     t["parallel.deterministic_reduction"].kind = Domain::Boolean;
@@ -455,6 +458,17 @@ PipelineSpec read_pipeline(const Section& p) {
   const auto remat = p.value<std::string>("remat", "never");
   pipeline.remat = parse_remat(remat, "pipeline.remat");
   pipeline.schedule = parse_schedule(p.value<std::string>("schedule", "fill_drain"), "pipeline.schedule");
+  if (p.has("link")) {
+    const YAML::Node n = p.raw("link");
+    if (!n.IsMap())
+      throw InputError(fmt::format("{}: pipeline.link: expected a map of settings (latency_us, "
+                                   "bandwidth_gbps)",
+                                   p.where(n)));
+    const Section link(n, "pipeline.link", p.file());
+    link.only(schema().at("pipeline.link"));
+    pipeline.link.bandwidth_gbps = link.required<double>("bandwidth_gbps");
+    pipeline.link.latency_us = link.value<double>("latency_us", 0.0);
+  }
   return pipeline;
 }
 
@@ -488,7 +502,12 @@ YAML::Node apply_override(YAML::Node& root, const std::string& assignment) {
     root[key] = parsed;
   } else {
     YAML::Node sec = root[key.substr(0, dot)];
-    sec[key.substr(dot + 1)] = parsed;
+    std::string rest = key.substr(dot + 1);
+    for (auto next = rest.find('.'); next != std::string::npos; next = rest.find('.')) {
+      sec.reset(sec[rest.substr(0, next)]);  // pipeline.link.latency_us: a nested map (rebind, not assign)
+      rest = rest.substr(next + 1);
+    }
+    sec[rest] = parsed;
   }
   return parsed;
 }
@@ -508,6 +527,7 @@ const std::vector<std::string>& settable_keys() {
       for (const auto& name : names) {
         if (sec.empty() && name != "seed" && name != "precision") continue;
         if (sec == "model" && name != "loss" && name != "huber_delta") continue;
+        if (sec == "pipeline" && name == "link") continue;  // a map: its keys are settable
         out.push_back(sec.empty() ? name : sec + "." + name);
       }
     return out;

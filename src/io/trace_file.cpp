@@ -42,8 +42,9 @@ h5::Handle event_type() {
   h5::Handle kind = h5::datatype(H5Tenum_create(H5T_NATIVE_INT8));
   const char* names[] = {"forward",   "backward",    "recompute",      "send",
                          "receive",   "wait",        "optimizer",      "allreduce",
-                         "reduce_wait", "backward_input", "backward_weights"};
-  for (std::int8_t v = 0; v < 11; ++v) H5Tenum_insert(kind.get(), names[v], &v);
+                         "reduce_wait", "backward_input", "backward_weights", "wire",
+                         "link_wait"};
+  for (std::int8_t v = 0; v < 13; ++v) H5Tenum_insert(kind.get(), names[v], &v);
   h5::Handle t = h5::datatype(H5Tcreate(H5T_COMPOUND, sizeof(TraceEvent)));
   H5Tinsert(t.get(), "step", HOFFSET(TraceEvent, step), H5T_NATIVE_INT64);
   H5Tinsert(t.get(), "kind", HOFFSET(TraceEvent, kind), kind.get());
@@ -132,7 +133,37 @@ GatheredTrace::Communication GatheredTrace::communication() const {
     c.allreduce_seconds /= double(reducing);
     c.overlap_fraction = hidden / double(reducing);
   }
+  link_totals(c);
   return c;
+}
+
+void GatheredTrace::link_totals(Communication& c) const {
+  std::size_t rank_steps = 0;
+  for (std::size_t r = 0; r < steps.size(); ++r)
+    for (std::size_t i = steps[r].size() > 1 ? 1 : 0; i < steps[r].size(); ++i) {
+      const std::int64_t step = steps[r][i].step;
+      std::vector<std::pair<double, double>> wires;
+      for (const auto& e : events[r]) {
+        if (e.step != step) continue;
+        if (EventKind(e.kind) == EventKind::Wire) wires.emplace_back(e.start, e.end);
+        if (EventKind(e.kind) == EventKind::LinkWait) c.link_wait_seconds += e.end - e.start;
+      }
+      std::sort(wires.begin(), wires.end());
+      double covered = 0, end = -1e300;  // the union of the wire intervals
+      for (const auto& [a, b] : wires) {
+        if (b <= end) continue;
+        covered += b - std::max(a, end);
+        end = b;
+      }
+      c.link_wire_seconds += covered;
+      ++rank_steps;
+    }
+  if (c.link_wire_seconds > 0)
+    c.link_overlap_fraction = std::clamp(1.0 - c.link_wait_seconds / c.link_wire_seconds, 0.0, 1.0);
+  if (rank_steps) {
+    c.link_wire_seconds /= double(rank_steps);
+    c.link_wait_seconds /= double(rank_steps);
+  }
 }
 
 GatheredTrace gather_trace(const Tracer& tracer, MPI_Comm comm) {

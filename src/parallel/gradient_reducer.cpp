@@ -2,6 +2,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+
 #include "gpipe/config.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/pipeline/transport.hpp"
@@ -80,6 +82,10 @@ void GradientReducer<T>::start(Bucket& b) {
     compat::fence("gpipe::GradientReducer::start");  // the backward kernels wrote these gradients
   }
   const int count = int(b.count);
+  if (link_.enabled()) {  // when the collective can start: once the last replica posted it
+    b.posted_ns = link_clock_ns();
+    MPI_Iallreduce(&b.posted_ns, &b.last_posted_ns, 1, MPI_INT64_T, MPI_MAX, group_, &b.posted_request);
+  }
   if (deterministic_)
     MPI_Iallgather(send_buffer(b), count, mpi_type<T>(), gather_buffer(b), count, mpi_type<T>(), group_,
                    &b.request);
@@ -95,6 +101,7 @@ void GradientReducer<T>::complete(Bucket& b) {
     b.end = tracer_ ? tracer_->now() : 0;
   }
   if (tracer_) tracer_->record(EventKind::AllReduce, -1, b.start, b.end, b.count * std::int64_t(sizeof(T)));
+  if (link_.enabled()) deliver(b);
   const auto range = std::make_pair(b.offset, b.offset + b.count);
   if (deterministic_) {
     const auto gathered_range = std::make_pair(b.offset * replicas_, (b.offset + b.count) * replicas_);
@@ -107,6 +114,19 @@ void GradientReducer<T>::complete(Bucket& b) {
     Kokkos::deep_copy(Kokkos::subview(grads_, range), Kokkos::subview(grads_host_, range));
   }
   b.done = true;
+}
+
+template <class T>
+void GradientReducer<T>::deliver(Bucket& b) {
+  MPI_Wait(&b.posted_request, MPI_STATUS_IGNORE);
+  const std::int64_t bytes = b.count * std::int64_t(sizeof(T));
+  const std::int64_t start = std::max(b.last_posted_ns, ring_free_ns_);
+  ring_free_ns_ = start + (deterministic_ ? link_.ring_allgather_ns(bytes, replicas_)
+                                          : link_.ring_allreduce_ns(bytes, replicas_));
+  if (tracer_) tracer_->record_ns(EventKind::Wire, -1, start, ring_free_ns_, bytes);
+  if (link_clock_ns() >= ring_free_ns_) return;
+  const Tracer::Scope hold(tracer_, EventKind::LinkWait, -1);
+  hold_until(ring_free_ns_);
 }
 
 template <class T>

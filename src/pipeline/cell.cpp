@@ -33,7 +33,7 @@ std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const 
 template <class T>
 Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
               const CellOptions& options)
-    : comm_(comm), options_(options) {
+    : comm_(comm), options_(options), to_next_(options.link), to_prev_(options.link) {
   require(partition.cells() == comm_.size(),
           fmt::format("pipeline: the partition has {} cells but the communicator has {} ranks",
                       partition.cells(), comm_.size()));
@@ -180,9 +180,21 @@ void Cell<T>::post_receives(int m, bool training) {
   if (bytes == 0) return;
   const Tracer::Scope receive(tracer_, EventKind::Receive, m, bytes);
   if (!is_first())
-    inputs_[slot].post_recv(comm(), rank() - 1, forward_tag(m), rows, "forward activation", m);
+    inputs_[slot].post_recv(comm(), rank() - 1, forward_tag(m), rows, "forward activation", m,
+                            options_.link.enabled());
   if (training && !is_last())
-    output_grads_[slot].post_recv(comm(), rank() + 1, backward_tag(m), rows, "gradient", m);
+    output_grads_[slot].post_recv(comm(), rank() + 1, backward_tag(m), rows, "gradient", m,
+                                  options_.link.enabled());
+}
+
+template <class T>
+void Cell<T>::deliver(const BoundaryBuffer<T>& received, int m) {
+  const WireTime& w = received.wire_time();
+  if (w.bytes == 0) return;
+  if (tracer_) tracer_->record_ns(EventKind::Wire, m, w.sent_ns, w.arrival_ns, w.bytes);
+  if (link_clock_ns() >= w.arrival_ns) return;  // the wire time was hidden
+  const Tracer::Scope hold(tracer_, EventKind::LinkWait, m);
+  hold_until(w.arrival_ns);
 }
 
 template <class T>
@@ -194,8 +206,11 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
   activation_slot_[size_t(m)] =
       whole_cell ? plan_->forward_slot[size_t(m)] : plan_->activations.slot[size_t(m)];
   if (!is_first() && whole_cell) {
-    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
-    inputs_[slot].wait();
+    {
+      const Tracer::Scope wait(tracer_, EventKind::Wait, m);
+      inputs_[slot].wait();
+    }
+    deliver(inputs_[slot], m);
   }
   if (!is_last() && whole_cell && outputs_[slot].pending()) {  // the slot's previous send
     const Tracer::Scope wait(tracer_, EventKind::Wait, m);
@@ -224,7 +239,8 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
     }
   }
   const Tracer::Scope send(tracer_, EventKind::Send, m, mb.size * out_features_ * std::int64_t(sizeof(T)));
-  outputs_[slot].post_send(comm(), rank() + 1, forward_tag(m), mb.size);
+  outputs_[slot].post_send(comm(), rank() + 1, forward_tag(m), mb.size,
+                           options_.link.enabled() ? &to_next_ : nullptr);
 }
 
 template <class T>
@@ -245,8 +261,11 @@ void Cell<T>::backward(int m, bool split) {
   if (is_last()) {
     dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
   } else {
-    const Tracer::Scope wait(tracer_, EventKind::Wait, m);
-    output_grads_[slot].wait();
+    {
+      const Tracer::Scope wait(tracer_, EventKind::Wait, m);
+      output_grads_[slot].wait();
+    }
+    deliver(output_grads_[slot], m);
     dy = output_grads_[slot].rows(n);
   }
   BoundaryBuffer<T>* input_grad =
@@ -281,7 +300,8 @@ void Cell<T>::backward(int m, bool split) {
   }
   if (is_first()) return;
   const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
-  input_grad->post_send(comm(), rank() - 1, backward_tag(m), n);
+  input_grad->post_send(comm(), rank() - 1, backward_tag(m), n,
+                        options_.link.enabled() ? &to_prev_ : nullptr);
 }
 
 template <class T>

@@ -52,7 +52,7 @@ void Tracer::end_step(std::int64_t peak_activation_bytes) {
   s.compute_ns = ns(K::Forward) + ns(K::Backward) + ns(K::BackwardInput) + ns(K::BackwardWeights) +
                  ns(K::Recompute) + ns(K::Optimizer);
   s.comm_ns = ns(K::Send) + ns(K::Receive) + ns(K::ReduceWait);
-  s.idle_ns = ns(K::Wait);
+  s.idle_ns = ns(K::Wait) + ns(K::LinkWait);
   s.other_ns = spent_[kOther];
   s.step_time = double(s.step_ns) * 1e-9;
   s.compute_time = double(s.compute_ns) * 1e-9;
@@ -83,6 +83,8 @@ const char* region_name(EventKind kind) {
     case EventKind::ReduceWait: return "gpipe::reduce_wait";
     case EventKind::BackwardInput: return "gpipe::backward_input";
     case EventKind::BackwardWeights: return "gpipe::backward_weights";
+    case EventKind::Wire: return "gpipe::wire";
+    case EventKind::LinkWait: return "gpipe::link_wait";
   }
   return "gpipe::event";
 }

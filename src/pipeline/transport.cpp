@@ -54,6 +54,9 @@ BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
     : device_(std::move(other.device_)),
       host_(std::move(other.host_)),
       request_(other.request_),
+      stamp_request_(other.stamp_request_),
+      stamp_(std::move(other.stamp_)),
+      wire_(other.wire_),
       receiving_(other.receiving_),
       peer_(other.peer_),
       rank_(other.rank_),
@@ -61,6 +64,7 @@ BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
       what_(other.what_),
       micro_batch_(other.micro_batch_) {
   other.request_ = MPI_REQUEST_NULL;
+  other.stamp_request_ = MPI_REQUEST_NULL;
 }
 
 template <class T>
@@ -71,6 +75,10 @@ BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept
   host_ = std::move(other.host_);
   request_ = other.request_;
   other.request_ = MPI_REQUEST_NULL;
+  stamp_request_ = other.stamp_request_;
+  other.stamp_request_ = MPI_REQUEST_NULL;
+  stamp_ = std::move(other.stamp_);
+  wire_ = other.wire_;
   receiving_ = other.receiving_;
   peer_ = other.peer_;
   rank_ = other.rank_;
@@ -80,31 +88,40 @@ BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept
   return *this;
 }
 
-template <class T>
-void BoundaryBuffer<T>::cancel() noexcept {
-  if (request_ == MPI_REQUEST_NULL) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  MPI_Cancel(&request_);
-  int settled = 0;  // the operation is over: cancelled, or completed
-  if (receiving_) {
+namespace {
+// Cancels and frees `request` (never null); true when the operation is
+// over, so MPI no longer uses its buffer: a confirmed cancel, or a send that
+// completed.
+bool cancel_request(MPI_Request& request, bool receiving) noexcept {
+  MPI_Cancel(&request);
+  int settled = 0;
+  if (receiving) {
     MPI_Status status;
-    MPI_Wait(&request_, &status);
-    int cancelled = 0;
-    MPI_Test_cancelled(&status, &cancelled);
+    MPI_Wait(&request, &status);
     // Open MPI 4.1 (measured at 3 ranks) can complete a cancelled receive
     // without cancelling it, leaving it posted: only a confirmed cancel frees
     // the buffer for reuse.
-    settled = cancelled;
+    MPI_Test_cancelled(&status, &settled);
   } else {
     // A send that already matched cannot be cancelled and completes only when
     // its receiver takes it, which may never happen.
-    MPI_Test(&request_, &settled, MPI_STATUS_IGNORE);
-    if (!settled) MPI_Request_free(&request_);
+    MPI_Test(&request, &settled, MPI_STATUS_IGNORE);
+    if (!settled) MPI_Request_free(&request);
   }
-  request_ = MPI_REQUEST_NULL;
-  if (settled) return;
+  request = MPI_REQUEST_NULL;
+  return settled != 0;
+}
+}  // namespace
+
+template <class T>
+void BoundaryBuffer<T>::cancel() noexcept {
+  if (request_ == MPI_REQUEST_NULL && stamp_request_ == MPI_REQUEST_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (stamp_request_ != MPI_REQUEST_NULL && !cancel_request(stamp_request_, receiving_))
+    stamp_.release();  // MPI may still write it: never freed (a fresh one is made when needed)
+  if (request_ == MPI_REQUEST_NULL || cancel_request(request_, receiving_)) return;
   // MPI may still use the buffers: hand them over for good (never destroyed,
   // not even after Kokkos::finalize) and continue with fresh ones.
   static auto* orphans = new std::vector<std::pair<Matrix<T>, typename Matrix<T>::host_mirror_type>>();
@@ -135,13 +152,21 @@ Matrix<T> BoundaryBuffer<T>::rows(std::int64_t rows) const {
 
 template <class T>
 void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows,
-                                  const char* what, int micro_batch) {
+                                  const char* what, int micro_batch, bool stamped) {
   MPI_Comm_rank(comm, &rank_);
   receiving_ = true;
   peer_ = source;
   expected_rows_ = expected_rows;
   what_ = what;
   micro_batch_ = micro_batch;
+  wire_ = WireTime{};
+  if (stamped) {  // posted first: the sender sends the stamp first on the same tag (MPI keeps the order)
+    if (!stamp_) stamp_.reset(new std::int64_t[2]);
+    const int rc = MPI_Irecv(stamp_.get(), 2, MPI_INT64_T, source, tag, comm, &stamp_request_);
+    if (rc != MPI_SUCCESS)
+      throw PipelineError(fmt::format("rank {}: MPI_Irecv of the link stamp of the {} from rank {} failed: {}",
+                                      rank_, describe(), source, mpi_error_text(rc)));
+  }
   const int rc = MPI_Irecv(mpi_buffer(), int(device_.span()), mpi_type<T>(), source, tag, comm,
                            &request_);
   if (rc != MPI_SUCCESS)
@@ -155,7 +180,7 @@ std::string BoundaryBuffer<T>::describe() const {
 }
 
 template <class T>
-void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows) {
+void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows, Wire* wire) {
   MPI_Comm_rank(comm, &rank_);
   receiving_ = false;
   peer_ = dest;
@@ -165,6 +190,15 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
   } else {
     compat::fence("gpipe::BoundaryBuffer::post_send");
   }
+  if (wire) {  // the data is ready now: it enters the emulated wire
+    if (!stamp_) stamp_.reset(new std::int64_t[2]);
+    stamp_[0] = link_clock_ns();
+    stamp_[1] = wire->transmit(stamp_[0], count * std::int64_t(sizeof(T)));
+    const int rc = MPI_Isend(stamp_.get(), 2, MPI_INT64_T, dest, tag, comm, &stamp_request_);
+    if (rc != MPI_SUCCESS)
+      throw PipelineError(fmt::format("rank {}: MPI_Isend of a link stamp to rank {} failed: {}", rank_,
+                                      dest, mpi_error_text(rc)));
+  }
   const int rc = MPI_Isend(mpi_buffer(), int(count), mpi_type<T>(), dest, tag, comm, &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Isend of {} values to rank {} failed: {}", rank_,
@@ -173,6 +207,16 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
 
 template <class T>
 void BoundaryBuffer<T>::wait() {
+  if (stamp_request_ != MPI_REQUEST_NULL) {
+    MPI_Status status;
+    const int rc = MPI_Wait(&stamp_request_, &status);
+    if (rc != MPI_SUCCESS)
+      throw PipelineError(fmt::format("rank {}: the link stamp of the {} {} rank {} failed: {}", rank_,
+                                      receiving_ ? describe() : std::string("message"),
+                                      receiving_ ? "from" : "to", peer_,
+                                      mpi_error_text(status.MPI_ERROR != MPI_SUCCESS ? status.MPI_ERROR : rc)));
+    if (receiving_) wire_ = WireTime{stamp_[0], stamp_[1], 0};
+  }
   if (request_ == MPI_REQUEST_NULL) return;
   MPI_Status status;
   const int rc = MPI_Wait(&request_, &status);
@@ -195,6 +239,7 @@ void BoundaryBuffer<T>::wait() {
     throw PipelineError(fmt::format("rank {}: the {} from rank {} has {} values, expected "
                                     "{}x{} = {}",
                                     rank_, describe(), peer_, count, expected_rows_, cols(), expected));
+  if (wire_.arrival_ns != 0) wire_.bytes = std::int64_t(count) * std::int64_t(sizeof(T));
   if (staged()) Kokkos::deep_copy(device_, host_);
 }
 

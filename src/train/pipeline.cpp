@@ -41,6 +41,8 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
   options.seed = deck.seed;
+  if (deck.pipeline.link.enabled())
+    options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
   run_id_ = new_run_id(comm_.get());
@@ -52,6 +54,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
         grid_.replica_group(), cell_->gradients(), cell_->parameter_offsets(),
         deck.parallel.bucket_kib * 1024, deck.parallel.deterministic_reduction);
     reducer_->set_tracer(&tracer_);
+    reducer_->set_link(options.link);
     GradientReducer<T>* reducer = reducer_.get();
     cell_->set_gradient_ready([reducer](int layer) { reducer->layer_ready(layer); });
   }

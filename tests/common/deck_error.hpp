@@ -3,6 +3,7 @@
 // exact shape-error messages.
 
 #include <string>
+#include <vector>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
@@ -19,6 +20,17 @@ inline std::string deck_error(const std::string& input, const std::string& layer
                            "\ntraining: {epochs: 1, batch_size: 4}\n";
   try {
     parse_deck(text, file);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+/// parse_deck's InputError text for the deck `text` named "deck.yaml" with
+/// the --set overrides `sets`, or "no error".
+inline std::string deck_text_error(const std::string& text, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_deck(text, "deck.yaml", sets);
   } catch (const InputError& e) {
     return e.what();
   }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/deck_error.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/layers/dense.hpp"
@@ -36,12 +37,7 @@ pipeline: {balance: [2, 3], remat: except_last}
 )";
 
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
-  try {
-    parse_deck(text, "deck.yaml", sets);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::deck_text_error(text, sets);
 }
 
 std::string replace(std::string text, const std::string& from, const std::string& to) {

@@ -29,11 +29,20 @@ struct TrainingSpec {
   NonFinite nonfinite = NonFinite::Abort;  ///< training.nonfinite
 };
 
+/// pipeline.link: an emulated slow link between cells (a test and planning
+/// facility, docs/design.md "Emulated link"). Off unless bandwidth_gbps > 0.
+struct LinkSpec {
+  double latency_us = 0;      ///< one-way latency per message, microseconds (>= 0)
+  double bandwidth_gbps = 0;  ///< Gb/s (10^9 bits/s) per direction; 0: no emulated link
+  bool enabled() const { return bandwidth_gbps > 0; }
+};
+
 struct PipelineSpec {
   std::string balance = "params";   ///< params | flops | time | explicit
   std::vector<int> counts;          ///< explicit: layers per cell
   Remat remat = Remat::Never;
   ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (fill_drain | 1f1b)
+  LinkSpec link;                    ///< pipeline.link (off by default)
 };
 
 /// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").

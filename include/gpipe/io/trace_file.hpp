@@ -42,8 +42,20 @@ struct GatheredTrace {
     /// 1 - data_parallel / allreduce: the share of the reduction hidden
     /// behind backward compute (0 without data parallelism).
     double overlap_fraction = 0;
+    /// Emulated link (pipeline.link), per recorded step and rank, without
+    /// each rank's first recorded step when it recorded more: the time some
+    /// message to the rank was on the wire (union of its wire events) ...
+    double link_wire_seconds = 0;
+    /// ... the time it was blocked waiting for an arrival (link_wait) ...
+    double link_wait_seconds = 0;
+    /// ... and 1 - link_wait / link_wire, both summed over ranks and steps:
+    /// the share of the wire time hidden behind compute (0 without a link).
+    double link_overlap_fraction = 0;
   };
   Communication communication() const;
+
+ private:
+  void link_totals(Communication& c) const;
 };
 GatheredTrace gather_trace(const Tracer& tracer, MPI_Comm comm);
 

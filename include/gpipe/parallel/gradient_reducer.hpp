@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/pipeline/link.hpp"
 #include "gpipe/pipeline/trace.hpp"
 
 namespace gpipe {
@@ -46,6 +47,16 @@ class GradientReducer {
   /// Records AllReduce events (one per bucket) into `tracer` (may be null).
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
+  /// Emulates `link` between the replicas (pipeline.link; the same on every
+  /// replica): a bucket's result is used no earlier than its modelled ring
+  /// time (LinkModel::ring_allreduce_ns, or ring_allgather_ns in
+  /// deterministic mode) after the bucket is posted on the last replica
+  /// (found with an MPI_MAX all-reduce of the posting times, one int64 per
+  /// bucket) and after the previous bucket's modelled end (one ring, so
+  /// buckets are serialized). finish() then holds in a link_wait event and
+  /// records the modelled interval as a wire event. Call before the first step.
+  void set_link(const LinkModel& link) { link_ = link; }
+
   /// Local layer `layer`'s gradients are final: starts every bucket whose
   /// first layer it is, and tests the pending ones (drives MPI progress).
   void layer_ready(int layer);
@@ -67,7 +78,10 @@ class GradientReducer {
     bool started = false;
     bool done = false;
     double start = 0, end = 0;
+    std::int64_t posted_ns = 0, last_posted_ns = 0;  // emulated link: here, and on the last replica
+    MPI_Request posted_request = MPI_REQUEST_NULL;
   };
+  void deliver(Bucket& b);
   void start(Bucket& b);
   void complete(Bucket& b);
   T* send_buffer(const Bucket& b) const;
@@ -83,6 +97,8 @@ class GradientReducer {
   typename Vector<T>::host_mirror_type gathered_host_;
   std::vector<Bucket> buckets_;
   Tracer* tracer_ = nullptr;
+  LinkModel link_;
+  std::int64_t ring_free_ns_ = 0;  // emulated link: the previous bucket's modelled end
 };
 
 }  // namespace gpipe

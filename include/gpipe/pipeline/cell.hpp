@@ -23,6 +23,7 @@ struct CellOptions {
   Remat remat = Remat::Never;
   ScheduleKind schedule = ScheduleKind::FillDrain;  ///< the training schedule
   std::uint64_t seed = 0;      ///< initialization and Dropout seed
+  LinkModel link;              ///< emulated link between cells (off by default; the same on every rank)
 };
 
 /// Bytes of activation storage that cell `cell` of `partition` allocates for
@@ -49,7 +50,10 @@ struct BatchPlacement {
 /// (make_loss(model.loss), chosen once here); other cells ignore those
 /// arguments (pass empty Views).
 /// Boundary activations go forward and their gradients backward with
-/// MPI_Isend/MPI_Irecv. Each receive is posted as soon as the buffer-plan
+/// MPI_Isend/MPI_Irecv. With options.link enabled, every message is
+/// delivered no earlier than its arrival on the emulated link (one Wire per
+/// direction; the data moves at once, the receiver holds until then in a
+/// link_wait event and records the message's wire event). Each receive is posted as soon as the buffer-plan
 /// slot it goes into is free (pipeline/buffer_plan.hpp), so transfers
 /// overlap compute without more buffers than the plan has.
 ///
@@ -142,6 +146,8 @@ class Cell {
   // descending layer order, every layer whose gradients and whose higher
   // layers' gradients are final (gradient_ready_).
   void gradient_final(int layer);
+  // Emulated link: records the received message's wire event and holds until its arrival.
+  void deliver(const BoundaryBuffer<T>& received, int m);
   ConstMatrix<T> layer_input(int m, int layer) const;
   Matrix<T> layer_output(int m, int layer) const;
   SavedView<T> layer_saved(int m, int layer) const;
@@ -172,6 +178,7 @@ class Cell {
   std::unique_ptr<Loss<T>> loss_;               // last cell
   std::int64_t activation_bytes_ = 0;
   Tracer* tracer_ = nullptr;
+  Wire to_next_, to_prev_;  // emulated link: this cell's two sending directions
   std::function<void(int)> gradient_ready_;
   int last_backward_ = -1;  // micro-batch of this cell's last Backward or BackwardInput op in train_schedule_
   int last_weights_ = -1;   // micro-batch of its last BackwardWeights op (-1: none)

@@ -23,6 +23,12 @@ enum class EventKind : std::int8_t {
                   ///< (data-parallel communication not hidden behind backward)
   BackwardInput = 9,    ///< B of a split backward (zero_bubble): input gradients
   BackwardWeights = 10, ///< W of a split backward (zero_bubble): weight gradients
+  Wire = 11,      ///< emulated link (pipeline.link): a message received by this rank
+                  ///< from its send to its modelled arrival, or a gradient bucket's
+                  ///< modelled ring reduction; overlaps other events, so it is outside
+                  ///< the step's accounting
+  LinkWait = 12, ///< emulated link: blocked until a message's modelled arrival (the
+                  ///< part of the wire time not hidden behind compute): idle
 };
 
 /// One timed operation. Times are seconds since the run's common origin.
@@ -36,7 +42,8 @@ struct TraceEvent {
 };
 
 /// Per-rank totals of one recorded step. compute = forward + backward
-/// (fused, or its B and W parts) + recompute + optimizer; comm = send + receive + reduce_wait; idle = wait;
+/// (fused, or its B and W parts) + recompute + optimizer; comm = send + receive + reduce_wait; idle = wait +
+/// link_wait;
 /// other = time between operations (staging, bookkeeping, preemption by the
 /// OS). All-reduce events overlap the others and are outside this accounting.
 /// Exact by construction: every interval between two consecutive clock reads
@@ -84,6 +91,12 @@ class Tracer {
   /// Appends an event timed by the caller (an operation that overlaps the
   /// scoped ones, such as an all-reduce), if recording. Times from now().
   void record(EventKind kind, int micro_batch, double start, double end, std::int64_t bytes);
+  /// The same with times in the clock's nanoseconds (as Tracer::steady_ns() and
+  /// link_clock_ns() return them).
+  void record_ns(EventKind kind, int micro_batch, std::int64_t start_ns, std::int64_t end_ns,
+                 std::int64_t bytes) {
+    record(kind, micro_batch, seconds(start_ns), seconds(end_ns), bytes);
+  }
   /// Ends the step and appends its StepSummary (if recorded).
   void end_step(std::int64_t peak_activation_bytes);
   bool recording() const { return recording_; }
@@ -131,7 +144,7 @@ class Tracer {
 
 /// Kokkos profiling region of an event kind: "gpipe::forward", "gpipe::backward",
 /// "gpipe::recompute", "gpipe::send", "gpipe::receive", "gpipe::wait", "gpipe::optimizer",
-/// "gpipe::allreduce", "gpipe::reduce_wait".
+/// "gpipe::allreduce", "gpipe::reduce_wait", "gpipe::wire", "gpipe::link_wait".
 const char* region_name(EventKind kind);
 
 /// Mean idle_fraction over `steps` (0 if empty).

@@ -3,9 +3,11 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/pipeline/link.hpp"
 
 namespace gpipe {
 
@@ -31,6 +33,13 @@ class Communicator {
 /// Message tags: micro-batch m's forward activation is 2m, its gradient 2m+1.
 inline int forward_tag(int micro_batch) { return 2 * micro_batch; }
 inline int backward_tag(int micro_batch) { return 2 * micro_batch + 1; }
+
+/// A message's passage over an emulated link, in link_clock_ns() time.
+struct WireTime {
+  std::int64_t sent_ns = 0;     ///< when the sender handed it to the wire
+  std::int64_t arrival_ns = 0;  ///< modelled arrival (Wire::transmit)
+  std::int64_t bytes = 0;       ///< payload bytes (0: no emulated link)
+};
 
 /// One boundary buffer of (capacity rows, cols) in MemSpace and the
 /// non-blocking MPI operation on it. When MemSpace is not host-accessible and
@@ -61,14 +70,24 @@ class BoundaryBuffer {
   /// `micro_batch` name the message in errors ("forward activation of
   /// micro-batch 3"; micro_batch < 0: `what` alone); `what` must outlive the
   /// receive (a string literal). Nothing is formatted unless an error occurs.
+  /// `stamped`: the sender emulates a link (post_send with a Wire): a
+  /// receive of its WireTime stamp is posted first, on the same tag.
   void post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows, const char* what,
-                 int micro_batch = -1);
+                 int micro_batch = -1, bool stamped = false);
   /// Fences, stages if needed, and posts MPI_Isend of the first `rows` rows.
-  void post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows);
+  /// With a `wire` (an emulated link, the direction to `dest`): first sends
+  /// the stamp {now, wire->transmit(now, bytes)} (two MPI_INT64_T) on the
+  /// same tag, so the receiver (post_recv with stamped) knows when the
+  /// message arrives on the emulated link; the data itself goes at once.
+  void post_send(MPI_Comm comm, int dest, int tag, std::int64_t rows, Wire* wire = nullptr);
   /// Completes the pending operation. For a receive, checks the received
   /// count against expected_rows x cols (throws PipelineError naming both
-  /// ranks and the sizes) and copies staged data to the device.
+  /// ranks and the sizes) and copies staged data to the device. Does not
+  /// wait for the emulated arrival: see wire_time() and hold_until().
   void wait();
+  /// The last completed stamped receive's passage over the emulated link
+  /// (bytes 0 when the receive was not stamped).
+  const WireTime& wire_time() const { return wire_; }
   bool pending() const { return request_ != MPI_REQUEST_NULL; }
   /// Abandons the pending operation, if any, and frees its request:
   /// MPI_Cancel, then a receive is waited for and a send tested. Unless MPI
@@ -85,6 +104,9 @@ class BoundaryBuffer {
   Matrix<T> device_;
   typename Matrix<T>::host_mirror_type host_;
   MPI_Request request_ = MPI_REQUEST_NULL;
+  MPI_Request stamp_request_ = MPI_REQUEST_NULL;
+  std::unique_ptr<std::int64_t[]> stamp_;  // {sent_ns, arrival_ns}: on the heap, so a move keeps a posted address
+  WireTime wire_;
   bool receiving_ = false;
   int peer_ = -1;
   int rank_ = -1;
