@@ -84,15 +84,15 @@ TEST(EmulatedLink, TwoRankExchangeDeliveredNoEarlierThanTheModel) {
   MPI_Comm_free(&comm);
 }
 
-struct Run {
+struct LinkRun {
   std::vector<double> params;
   std::vector<double> losses;
   std::vector<TraceEvent> events;
 };
 
-Run train(int ranks, int cells, const std::vector<std::string>& link, const std::string& schedule,
+LinkRun train(int ranks, int cells, const std::vector<std::string>& link, const std::string& schedule,
           int steps = 3, std::int64_t batch = 12) {
-  Run r;
+  LinkRun r;
   MPI_Comm comm = first_ranks(ranks);
   if (comm == MPI_COMM_NULL) return r;
   std::vector<std::string> sets = link;
@@ -125,8 +125,8 @@ const std::vector<std::string> kSlowLink = {"pipeline.link.latency_us=300",
 TEST(EmulatedLink, TrainingBitwiseUnchanged) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for (const char* schedule : {"fill_drain", "1f1b"}) {
-    const Run plain = train(2, 2, {}, schedule);
-    const Run linked = train(2, 2, kSlowLink, schedule);
+    const LinkRun plain = train(2, 2, {}, schedule);
+    const LinkRun linked = train(2, 2, kSlowLink, schedule);
     if (world_rank() != 0) continue;
     ASSERT_FALSE(plain.params.empty());
     EXPECT_EQ(plain.params, linked.params) << schedule;
@@ -137,8 +137,8 @@ TEST(EmulatedLink, TrainingBitwiseUnchanged) {
 // D = 2 replicas x K = 2 cells: the all-reduce is delayed too, the weights are not changed.
 TEST(EmulatedLink, DataParallelBitwiseUnchanged) {
   if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
-  const Run plain = train(4, 2, {}, "fill_drain");
-  const Run linked = train(4, 2, kSlowLink, "fill_drain");
+  const LinkRun plain = train(4, 2, {}, "fill_drain");
+  const LinkRun linked = train(4, 2, kSlowLink, "fill_drain");
   if (world_rank() >= 4) return;
   if (world_rank() == 0) EXPECT_EQ(plain.params, linked.params);
   EXPECT_EQ(plain.losses, linked.losses);
@@ -163,7 +163,7 @@ TEST(EmulatedLink, TraceRecordsWireTimeAndItsWait) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   // 20 ms: far longer than anything else here, so the first forward on rank 1
   // must hold for its activation whatever the load
-  const Run r = train(2, 2, {"pipeline.link.latency_us=20000", "pipeline.link.bandwidth_gbps=0.05"},
+  const LinkRun r = train(2, 2, {"pipeline.link.latency_us=20000", "pipeline.link.bandwidth_gbps=0.05"},
                       "fill_drain", 2);
   if (world_rank() >= 2) return;
   const LinkModel model = LinkModel::from_deck(20000, 0.05);

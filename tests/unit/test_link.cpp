@@ -82,7 +82,7 @@ TEST(LinkDeck, Errors) {
   EXPECT_EQ(error_of(std::string(kDeck) + "pipeline: {link: {latency_us: 2}}\n"),
             "deck.yaml:4:18: missing required field 'pipeline.link.bandwidth_gbps' (a finite number > 0)");
   EXPECT_EQ(error_of(std::string(kDeck) + "pipeline: {link: {bandwidth_gbps: 1, jitter: 3}}\n"),
-            "deck.yaml:4:37: unknown key 'jitter' in pipeline.link (expected one of: latency_us, "
+            "deck.yaml:4:38: unknown key 'jitter' in pipeline.link (expected one of: latency_us, "
             "bandwidth_gbps)");
   EXPECT_EQ(error_of(std::string(kDeck) + "pipeline: {link: 10}\n"),
             "deck.yaml:4:18: pipeline.link: expected a map of settings (latency_us, bandwidth_gbps)");

@@ -128,7 +128,7 @@ class Tracer {
   std::int64_t read();
   double seconds(std::int64_t ns) const { return double(ns - origin_) * 1e-9; }
 
-  static constexpr int kOther = 11;  // index after the EventKinds
+  static constexpr int kOther = int(EventKind::LinkWait) + 1;  // index after the last EventKind
   Clock clock_;
   std::int64_t origin_;
   bool recording_ = false;
