@@ -1,6 +1,9 @@
 // Element-wise layers and optimizer updates against a plain Kokkos copy
 // kernel of the same size: achieved GB/s and the ratio to the copy
 // (counter "of_copy"). Bytes counted: every array read once and written once.
+// The reduction kernels restructured for many threads (fixed-order team
+// sums: Dense bias gradient, LayerNorm, softmax cross-entropy) run beside
+// the one-thread-per-column/row versions they replaced ("*_per_thread").
 //   build/perf/gpipe_bench_kernels --benchmark_counters_tabular=true
 
 #include <mpi.h>
@@ -9,7 +12,10 @@
 #include <map>
 
 #include "bench_common.hpp"
+#include "gpipe/core/fixed_sum.hpp"
+#include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/layers/factory.hpp"
+#include "gpipe/layers/softmax_cross_entropy.hpp"
 #include "gpipe/optim/optimizer.hpp"
 
 namespace {
@@ -77,6 +83,118 @@ void Optimizer(benchmark::State& state, const char* type) {
   measure(state, e, arrays * sizeof(T) * e, [&] { opt->step(p, g, 1e-3); });
 }
 
+// Column sums of a (rows, cols) matrix added to a vector: the Dense bias
+// gradient (cols = 10: a classifier's last layer; 1024: a hidden layer).
+// Args: rows, cols. The restructured kernel (one team per column, fixed
+// lanes over rows) against the one-thread-per-column loop it replaced.
+template <bool Teams>
+void BiasGradient(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), cols = state.range(1);
+  gpipe::Matrix<T> dy("dy", rows, cols);
+  gpipe::Vector<T> db("db", cols);
+  Kokkos::deep_copy(dy, 0.1f);
+  measure(state, -1, double(sizeof(T)) * rows * cols, [&] {
+    if (Teams) {
+      gpipe::add_column_sums<T>("bench::bias_gradient", gpipe::ExecSpace(), rows, cols, db,
+                                KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); });
+    } else {
+      Kokkos::parallel_for(
+          "bench::bias_gradient_per_thread", Kokkos::RangePolicy<gpipe::ExecSpace>(0, cols),
+          KOKKOS_LAMBDA(const std::int64_t j) {
+            T sum = T(0);
+            for (std::int64_t i = 0; i < rows; ++i) sum += dy(i, j);
+            db(j) += sum;
+          });
+    }
+  });
+}
+
+// LayerNorm row statistics as before the restructuring: one thread per row,
+// three sequential passes over its features (forward's first kernel).
+void LayerNormStatisticsPerThread(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), f = 1024;
+  gpipe::Matrix<T> x("x", rows, f), stats("stats", rows, 2);
+  Kokkos::deep_copy(x, 0.3f);
+  measure(state, -1, double(sizeof(T)) * rows * f, [&] {
+    Kokkos::parallel_for(
+        "bench::layer_norm_statistics_per_thread", Kokkos::RangePolicy<gpipe::ExecSpace>(0, rows),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          double s = 0, mu = 0, var = 0;
+          for (std::int64_t j = 0; j < f; ++j) {
+            const double a = double(x(i, j)) < 0 ? -double(x(i, j)) : double(x(i, j));
+            s = a > s ? a : s;
+          }
+          if (s == 0) s = 1;
+          for (std::int64_t j = 0; j < f; ++j) mu += double(x(i, j)) / s;
+          mu /= double(f);
+          for (std::int64_t j = 0; j < f; ++j) var += (double(x(i, j)) / s - mu) * (double(x(i, j)) / s - mu);
+          stats(i, 0) = T(s * mu);
+          stats(i, 1) = T(s * gpipe::compat::sqrt(var / double(f) + 1e-5 / s / s));
+        });
+  });
+}
+
+// Softmax cross-entropy with its gradient on (rows, classes) logits.
+// Args: rows, classes. The loss (one team per row, one totals kernel, one
+// copy to the host) against the per-row loop with three blocking
+// parallel_reduce calls it replaced.
+template <bool Teams>
+void SoftmaxCrossEntropy(benchmark::State& state) {
+  const std::int64_t n = state.range(0), c = state.range(1);
+  gpipe::Matrix<T> z("z", n, c), dz("dz", n, c);
+  gpipe::LabelVector labels("labels", n);
+  Kokkos::parallel_for(
+      "bench::fill", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+        labels(i) = std::int32_t(i % c);
+        for (std::int64_t j = 0; j < c; ++j) z(i, j) = T(0.01) * T((i * 7 + j * 3) % 11);
+      });
+  gpipe::SoftmaxCrossEntropy<T> loss;
+  Kokkos::View<double*, gpipe::MemSpace> row_loss("row_loss", n);
+  Kokkos::View<std::int32_t*, gpipe::MemSpace> row_hit("row_hit", n);
+  const T scale = T(1) / T(n);
+  measure(state, -1, 2.0 * sizeof(T) * n * c, [&] {
+    if (Teams) {
+      benchmark::DoNotOptimize(loss.evaluate(z, labels, scale, dz));
+      return;
+    }
+    Kokkos::parallel_for(
+        "bench::softmax_per_thread", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::int32_t label = labels(i);
+          T zmax = z(i, 0);
+          std::int64_t arg = 0;
+          for (std::int64_t j = 1; j < c; ++j)
+            if (z(i, j) > zmax) {
+              zmax = z(i, j);
+              arg = j;
+            }
+          T sum = T(0);
+          for (std::int64_t j = 0; j < c; ++j) sum += gpipe::compat::exp(z(i, j) - zmax);
+          row_loss(i) = double(gpipe::compat::log(sum)) - (double(z(i, label)) - double(zmax));
+          row_hit(i) = arg == label ? 1 : 0;
+          for (std::int64_t j = 0; j < c; ++j)
+            dz(i, j) = scale * (gpipe::compat::exp(z(i, j) - zmax) / sum - (j == label ? T(1) : T(0)));
+        });
+    double total = 0;
+    std::int64_t hits = 0, bad = 0;
+    Kokkos::parallel_reduce(
+        "bench::sum_loss", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += row_loss(i); }, total);
+    Kokkos::parallel_reduce(
+        "bench::sum_correct", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) { acc += row_hit(i) > 0 ? 1 : 0; }, hits);
+    Kokkos::parallel_reduce(
+        "bench::count_bad", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) { acc += row_hit(i) < 0 ? 1 : 0; }, bad);
+    benchmark::DoNotOptimize(total + double(hits + bad));
+  });
+}
+
+void ReductionShapes(benchmark::internal::Benchmark* b) {
+  for (const std::int64_t rows : {32, 256, 4096})
+    for (const std::int64_t cols : {10, 1024}) b->Args({rows, cols});
+  b->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
 void Sizes(benchmark::internal::Benchmark* b) {
   b->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
@@ -89,6 +207,11 @@ BENCHMARK_CAPTURE(LayerBackward, gelu_backward, "gelu")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerForward, dropout_forward, "dropout")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerForward, layer_norm_forward, "layer_norm")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerBackward, layer_norm_backward, "layer_norm")->Apply(Sizes);
+BENCHMARK(LayerNormStatisticsPerThread)->Apply(Sizes);
+BENCHMARK_TEMPLATE(BiasGradient, true)->Apply(ReductionShapes);
+BENCHMARK_TEMPLATE(BiasGradient, false)->Name("BiasGradient_per_thread")->Apply(ReductionShapes);
+BENCHMARK_TEMPLATE(SoftmaxCrossEntropy, true)->Apply(ReductionShapes);
+BENCHMARK_TEMPLATE(SoftmaxCrossEntropy, false)->Name("SoftmaxCrossEntropy_per_thread")->Apply(ReductionShapes);
 BENCHMARK_CAPTURE(Optimizer, sgd, "sgd")->Apply(Sizes);
 BENCHMARK_CAPTURE(Optimizer, adam, "adam")->Apply(Sizes);
 

@@ -18,13 +18,13 @@
 // model's first layer), plus n P F for the bias forward and again backward.
 // Workspace (reserve()): cols (C*K*K, n*P) and pix (F, n*P); no saved state.
 
-#include <KokkosBlas3_gemm.hpp>
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "gpipe/core/rng.hpp"
 #include "gpipe/layers/layer.hpp"
+#include "gemm.hpp"
 #include "im2col.hpp"
 
 namespace gpipe {
@@ -80,12 +80,12 @@ class Conv2d final : public Layer<T> {
                    config_.filters, rows * P);
   }
 
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
     const Unmanaged cols(cols_.data(), g_.taps(), n * P), pix(pix_.data(), F, n * P);
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    KokkosBlas::gemm("N", "N", T(1), weight_, cols, T(0), pix);
+    detail::gemm(ctx.space, "N", "N", T(1), weight_, cols, T(0), pix);
     const bool has_bias = config_.bias;
     auto b = bias_;
     Kokkos::parallel_for(
@@ -99,7 +99,7 @@ class Conv2d final : public Layer<T> {
         });
   }
 
-  void backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
     const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
@@ -123,9 +123,9 @@ class Conv2d final : public Layer<T> {
           });
     }
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    KokkosBlas::gemm("N", "T", T(1), dpix, cols, T(1), weight_grad_);
+    detail::gemm(ctx.space, "N", "T", T(1), dpix, cols, T(1), weight_grad_);
     if (dx.extent(0) == 0) return;
-    KokkosBlas::gemm("T", "N", T(1), weight_, dpix, T(0), cols);  // cols now holds dcols
+    detail::gemm(ctx.space, "T", "N", T(1), weight_, dpix, T(0), cols);  // cols now holds dcols
     detail::col2im<T>(g_, cols, dx, "gpipe::Conv2d::col2im");
   }
 

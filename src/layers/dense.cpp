@@ -1,10 +1,11 @@
 #include "gpipe/layers/dense.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
 #include <cmath>
 #include <fmt/format.h>
 
+#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/rng.hpp"
+#include "gemm.hpp"
 
 namespace gpipe {
 
@@ -41,16 +42,16 @@ void Dense<T>::initialize(std::uint64_t seed) {
 }
 
 template <class T>
-void Dense<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
+void Dense<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   const auto out = this->out_features();
   auto b = bias_;
   Kokkos::parallel_for(
-      "gpipe::Dense::forward_bias", RowPolicy(std::int64_t(y.extent(0)), Kokkos::AUTO),
+      "gpipe::Dense::forward_bias", RowPolicy(ctx.space, std::int64_t(y.extent(0)), Kokkos::AUTO),
       KOKKOS_LAMBDA(const RowMember& team) {
         const std::int64_t i = team.league_rank();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, out), [&](const std::int64_t j) { y(i, j) = b(0, j); });
       });
-  KokkosBlas::gemm("N", "N", T(1), x, weight_, T(1), y);
+  detail::gemm(ctx.space, "N", "N", T(1), x, weight_, T(1), y);
 }
 
 template <class T>
@@ -61,23 +62,20 @@ void Dense<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T>
 }
 
 template <class T>
-void Dense<T>::backward_weights(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, SavedView<T>) {
-  KokkosBlas::gemm("T", "N", T(1), x, dy, T(1), weight_grad_);
-  const std::int64_t n = std::int64_t(dy.extent(0));
-  auto db = bias_grad_;
-  Kokkos::parallel_for(
-      "gpipe::Dense::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, this->out_features()),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        T sum = T(0);
-        for (std::int64_t i = 0; i < n; ++i) sum += dy(i, j);
-        db(0, j) += sum;
-      });
+void Dense<T>::backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                                SavedView<T>) {
+  detail::gemm(ctx.space, "T", "N", T(1), x, dy, T(1), weight_grad_);
+  // Bias gradient: column sums of dy, one team per output column with the
+  // rows spread over its threads in a fixed order (core/fixed_sum.hpp).
+  add_column_sums<T>("gpipe::Dense::backward_bias", ctx.space, std::int64_t(dy.extent(0)),
+                     this->out_features(), Kokkos::subview(bias_grad_, 0, Kokkos::ALL),
+                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); });
 }
 
 template <class T>
-void Dense<T>::backward_input(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
-                              SavedView<T>) {
-  if (dx.extent(0) > 0) KokkosBlas::gemm("N", "T", T(1), dy, weight_, T(0), dx);
+void Dense<T>::backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
+                              Matrix<T> dx, SavedView<T>) {
+  if (dx.extent(0) > 0) detail::gemm(ctx.space, "N", "T", T(1), dy, weight_, T(0), dx);
 }
 
 template class Dense<float>;

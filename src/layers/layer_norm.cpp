@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
@@ -34,94 +35,93 @@ void LayerNorm<T>::initialize(std::uint64_t) {
 }
 
 namespace {
-// Writes mean and sqrt(var + eps) of each row of x into stats(i, 0..1),
-// scale-safe (DESIGN.md "Numerics"): in double, each row divided by its
-// largest |x| (s) before anything is squared, so neither the squares nor
-// eps / s^2 overflow or underflow to a wrong variance at any finite magnitude.
-template <class T, class Stats>
-void row_statistics(ConstMatrix<T> x, Stats stats, double eps) {
-  const std::int64_t f = std::int64_t(x.extent(1));
-  Kokkos::parallel_for(
-      "gpipe::LayerNorm::row_statistics", Kokkos::RangePolicy<ExecSpace>(0, x.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        double s = 0;
-        for (std::int64_t j = 0; j < f; ++j) {
-          const double a = double(x(i, j)) < 0 ? -double(x(i, j)) : double(x(i, j));
-          s = a > s ? a : s;
-        }
-        if (s == 0) s = 1;
-        double mu = 0;  // mean of x / s
-        for (std::int64_t j = 0; j < f; ++j) mu += double(x(i, j)) / s;
-        mu /= double(f);
-        double var = 0;  // variance of x / s
-        for (std::int64_t j = 0; j < f; ++j) {
-          const double d = double(x(i, j)) / s - mu;
-          var += d * d;
-        }
-        var /= double(f);
-        // sqrt(s^2 var + eps), arranged so neither s^2 nor eps / s^2 overflows.
-        const double sd = s >= 1 ? s * compat::sqrt(var + eps / s / s) : compat::sqrt(s * s * var + eps);
-        stats(i, 0) = T(s * mu);
-        stats(i, 1) = T(sd);
-      });
+// One team per row, the features spread over the team's threads; every sum
+// in the fixed lane order of core/fixed_sum.hpp, so the results are the same
+// at any thread count, team size and backend.
+template <class T>
+RowPolicy row_teams(const ExecSpace& space, std::int64_t rows) {
+  RowPolicy policy(space, rows, Kokkos::AUTO);
+  policy.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
+  return policy;
 }
 }  // namespace
 
+// Statistics of each row into stats(i, 0..1): mean and sqrt(var + eps),
+// scale-safe (DESIGN.md "Numerics"): in double, the row divided by its
+// largest |x| (s) before anything is squared, so neither the squares nor
+// eps / s^2 overflow or underflow to a wrong variance at any finite magnitude.
 template <class T>
-void LayerNorm<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y,
+void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y,
                            SavedView<T> saved) {
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
   const auto stats = unmanaged_matrix(saved.data(), n, 2);
-  row_statistics<T>(x, stats, eps_);
+  const double eps = eps_;
   auto g = gamma_;
   auto b = beta_;
   Kokkos::parallel_for(
-      "gpipe::LayerNorm::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, f}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        const double xhat = (double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1));
-        y(i, j) = T(xhat) * g(j) + b(j);
+      "gpipe::LayerNorm::forward", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank();
+        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
+        double s = team_max_nonnegative<double>(team, lanes, f, [&](const std::int64_t j) {
+          const double a = double(x(i, j));
+          return a < 0 ? -a : a;
+        });
+        if (!(s > 0)) s = 1;
+        const double mu = team_sum<double>(team, lanes, f, [&](const std::int64_t j) { return double(x(i, j)) / s; }) /
+                          double(f);  // mean of x / s
+        const double var = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
+                             const double d = double(x(i, j)) / s - mu;
+                             return d * d;
+                           }) / double(f);  // variance of x / s
+        // sqrt(s^2 var + eps), arranged so neither s^2 nor eps / s^2 overflows.
+        const double sd = s >= 1 ? s * compat::sqrt(var + eps / s / s) : compat::sqrt(s * s * var + eps);
+        const T mean_t = T(s * mu), sd_t = T(sd);
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          stats(i, 0) = mean_t;
+          stats(i, 1) = sd_t;
+        });
+        // The stored (rounded) statistics, as backward() reads them.
+        const double mean = double(mean_t), dev = double(sd_t);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, f), [&](const std::int64_t j) {
+          const double xhat = (double(x(i, j)) - mean) / dev;
+          y(i, j) = T(xhat) * g(j) + b(j);
+        });
       });
 }
 
 template <class T>
-void LayerNorm<T>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
+void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                             Matrix<T> dx, SavedView<T> saved) {
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
   const auto stats = unmanaged_matrix(saved.data(), n, 2);  // written by forward
   auto g = gamma_;
   auto dg = gamma_grad_;
   auto db = beta_grad_;
-  // Parameter gradients: one thread per feature, rows in a fixed order.
-  Kokkos::parallel_for(
-      "gpipe::LayerNorm::backward_parameters", Kokkos::RangePolicy<ExecSpace>(0, f),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        T sg = T(0), sb = T(0);
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T xhat = T((double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1)));
-          sg += dy(i, j) * xhat;
-          sb += dy(i, j);
-        }
-        dg(j) += sg;
-        db(j) += sb;
-      });
+  // Parameter gradients: column sums over the rows (one team per feature).
+  add_column_sums<T>("gpipe::LayerNorm::backward_gamma", ctx.space, n, f, dg,
+                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+                       const T xhat = T((double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1)));
+                       return dy(i, j) * xhat;
+                     });
+  add_column_sums<T>("gpipe::LayerNorm::backward_beta", ctx.space, n, f, db,
+                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); });
   if (dx.extent(0) == 0) return;
   // dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sd, dxhat = dy * gamma, in double.
   Kokkos::parallel_for(
-      "gpipe::LayerNorm::backward_input", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+      "gpipe::LayerNorm::backward_input", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank();
+        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
         const double mean = double(stats(i, 0)), sd = double(stats(i, 1));
-        double m1 = 0, m2 = 0;
-        for (std::int64_t j = 0; j < f; ++j) {
-          const double dxhat = double(dy(i, j)) * double(g(j));
-          m1 += dxhat;
-          m2 += dxhat * (double(x(i, j)) - mean) / sd;
-        }
-        m1 /= double(f);
-        m2 /= double(f);
-        for (std::int64_t j = 0; j < f; ++j) {
+        const double m1 = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
+                            return double(dy(i, j)) * double(g(j));
+                          }) / double(f);
+        const double m2 = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
+                            return double(dy(i, j)) * double(g(j)) * (double(x(i, j)) - mean) / sd;
+                          }) / double(f);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, f), [&](const std::int64_t j) {
           const double xhat = (double(x(i, j)) - mean) / sd;
           dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) / sd);
-        }
+        });
       });
 }
 

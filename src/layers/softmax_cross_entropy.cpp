@@ -1,6 +1,7 @@
 #include "gpipe/layers/softmax_cross_entropy.hpp"
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
@@ -16,22 +17,47 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
   auto row_loss = row_loss_;
   auto row_hit = row_hit_;
   const bool with_gradient = dlogits.extent(0) > 0;
+  const ExecSpace space = this->execution_space();
+  // One team per row, the classes spread over the team's threads; the
+  // arg-max and the sum of exponentials in the fixed lane order of
+  // core/fixed_sum.hpp (the same at any thread count and on a GPU).
+  RowPolicy rows(space, n, Kokkos::AUTO);
+  rows.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<T>() + sum_lanes_bytes<std::int64_t>()));
   Kokkos::parallel_for(
-      "gpipe::SoftmaxCrossEntropy::evaluate", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) {
+      "gpipe::SoftmaxCrossEntropy::evaluate", rows, KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank();
         const std::int32_t label = labels(i);
         if (label < 0 || label >= c) {
-          row_hit(i) = -1;
-          row_loss(i) = 0;
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            row_hit(i) = -1;
+            row_loss(i) = 0;
+          });
           return;
         }
-        T zmax = logits(i, 0);
-        std::int64_t argmax = 0;
-        for (std::int64_t j = 1; j < c; ++j)
-          if (logits(i, j) > zmax) {
-            zmax = logits(i, j);
-            argmax = j;
+        const SumLanes<T> lanes(team.team_scratch(0), kSumLanes);
+        const SumLanes<std::int64_t> lane_arg(team.team_scratch(0), kSumLanes);
+        // Arg-max: the first index of the largest logit (each lane keeps its
+        // first maximum; lanes then compared by value, then by index).
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumLanes), [&](const int l) {
+          std::int64_t arg = -1;
+          T top = T(0);
+          for (std::int64_t j = l; j < c; j += kSumLanes)
+            if (arg < 0 || logits(i, j) > top) {
+              top = logits(i, j);
+              arg = j;
+            }
+          lanes(l) = top;
+          lane_arg(l) = arg;
+        });
+        team.team_barrier();
+        T zmax = lanes(0);
+        std::int64_t argmax = lane_arg(0);
+        for (int l = 1; l < kSumLanes; ++l)
+          if (lane_arg(l) >= 0 && (lanes(l) > zmax || (lanes(l) == zmax && lane_arg(l) < argmax))) {
+            zmax = lanes(l);
+            argmax = lane_arg(l);
           }
+        team.team_barrier();
         // Everything relative to the row maximum (DESIGN.md "Numerics"):
         // loss = log(sum_j exp(z_j - max)) - (z_label - max), softmax_j =
         // exp(z_j - max) / sum. Each z_j - max <= 0, so exp never overflows and
@@ -39,30 +65,41 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
         // max + log(sum), which rounds away log(sum) once |max| >> 1. The loss
         // term is formed in double, where z_label - max of two finite floats
         // cannot overflow.
-        T sum = T(0);
-        for (std::int64_t j = 0; j < c; ++j) sum += compat::exp(logits(i, j) - zmax);
-        row_loss(i) = double(compat::log(sum)) - (double(logits(i, label)) - double(zmax));
-        row_hit(i) = argmax == label ? 1 : 0;
+        const T sum = team_sum<T>(team, lanes, c, [&](const std::int64_t j) { return compat::exp(logits(i, j) - zmax); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          row_loss(i) = double(compat::log(sum)) - (double(logits(i, label)) - double(zmax));
+          row_hit(i) = argmax == label ? 1 : 0;
+        });
         if (with_gradient) {
-          for (std::int64_t j = 0; j < c; ++j) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c), [&](const std::int64_t j) {
             const T p = compat::exp(logits(i, j) - zmax) / sum;
             dlogits(i, j) = scale * (p - (j == label ? T(1) : T(0)));
-          }
+          });
         }
       });
+  // The loss, hit and bad-label totals in one kernel and one copy to the
+  // host (the only blocking point per micro-batch); the loss in fixed order.
+  auto totals = totals_;
+  RowPolicy one(space, 1, Kokkos::AUTO);
+  one.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
+  Kokkos::parallel_for(
+      "gpipe::SoftmaxCrossEntropy::totals", one, KOKKOS_LAMBDA(const RowMember& team) {
+        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
+        const double loss = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_loss(i); });
+        const double hits = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) > 0 ? 1.0 : 0.0; });
+        const double bad = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) < 0 ? 1.0 : 0.0; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          totals(0) = loss;
+          totals(1) = hits;
+          totals(2) = bad;
+        });
+      });
+  Kokkos::deep_copy(space, totals_host_, totals);
+  compat::fence(space, "gpipe::SoftmaxCrossEntropy::totals");
   LossSums sums;
-  std::int64_t bad = 0;
-  Kokkos::parallel_reduce(
-      "gpipe::SoftmaxCrossEntropy::sum_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += row_loss(i); }, sums.loss);
-  Kokkos::parallel_reduce(
-      "gpipe::SoftmaxCrossEntropy::sum_correct", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) { acc += row_hit(i) > 0 ? 1 : 0; },
-      sums.correct);
-  Kokkos::parallel_reduce(
-      "gpipe::SoftmaxCrossEntropy::count_bad_labels", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) { acc += row_hit(i) < 0 ? 1 : 0; },
-      bad);
+  sums.loss = totals_host_(0);
+  sums.correct = std::int64_t(totals_host_(1));
+  const std::int64_t bad = std::int64_t(totals_host_(2));
   if (bad > 0)
     throw PipelineError("softmax cross-entropy: " + std::to_string(bad) +
                         " label(s) outside [0, " + std::to_string(c) + ")");

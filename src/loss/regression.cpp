@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
@@ -18,15 +19,16 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
                                     y.extent(0), y.extent(1), n, p));
   if (std::int64_t(row_loss_.extent(0)) < n)
     row_loss_ = decltype(row_loss_)("gpipe::RegressionLoss::row_loss", n);
-  if (std::int64_t(moments_.extent(0)) != 4 * p)
-    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", 4 * p);
+  if (std::int64_t(moments_.extent(0)) != 4 * p + 1)  // 4 per output, then the loss sum
+    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", 4 * p + 1);
   auto row_loss = row_loss_;
   auto moments = moments_;
   const bool with_gradient = doutputs.extent(0) > 0;
   const int kind = int(kind_);
   const T delta = T(delta_), inv_p = T(1) / T(p);
+  const ExecSpace space = this->execution_space();
   Kokkos::parallel_for(
-      "gpipe::RegressionLoss::evaluate", Kokkos::RangePolicy<ExecSpace>(0, n),
+      "gpipe::RegressionLoss::evaluate", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i) {
         double sum = 0;
         for (std::int64_t j = 0; j < p; ++j) {
@@ -53,7 +55,7 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
       });
   // Per-output sums in row order (deterministic), for RMSE, MAE and R^2.
   Kokkos::parallel_for(
-      "gpipe::RegressionLoss::moments", Kokkos::RangePolicy<ExecSpace>(0, p),
+      "gpipe::RegressionLoss::moments", Kokkos::RangePolicy<ExecSpace>(space, 0, p),
       KOKKOS_LAMBDA(const std::int64_t j) {
         double se = 0, ae = 0, sy = 0, syy = 0;
         for (std::int64_t i = 0; i < n; ++i) {
@@ -68,13 +70,22 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
         moments(4 * j + 2) = sy;
         moments(4 * j + 3) = syy;
       });
-  LossSums sums;
-  Kokkos::parallel_reduce(
-      "gpipe::RegressionLoss::sum_loss", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += row_loss(i); }, sums.loss);
+  // The loss sum in fixed order (core/fixed_sum.hpp), into the slot after
+  // the moments: one copy to the host.
+  RowPolicy one(space, 1, Kokkos::AUTO);
+  one.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
+  Kokkos::parallel_for(
+      "gpipe::RegressionLoss::sum_loss", one, KOKKOS_LAMBDA(const RowMember& team) {
+        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
+        const double loss = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_loss(i); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { moments(4 * p) = loss; });
+      });
   auto host = Kokkos::create_mirror_view(moments);
-  Kokkos::deep_copy(host, moments);
-  sums.moments.assign(host.data(), host.data() + host.extent(0));
+  Kokkos::deep_copy(space, host, moments);
+  compat::fence(space, "gpipe::RegressionLoss::sums");
+  LossSums sums;
+  sums.loss = host(4 * p);
+  sums.moments.assign(host.data(), host.data() + 4 * p);
   return sums;
 }
 

@@ -28,19 +28,19 @@ double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch
   Matrix<T> dx("gpipe::profile::dx", index == 0 ? 0 : batch, layer->in_features());
   Vector<T> saved_storage("gpipe::profile::saved", size_t(layer->saved_size().elements(batch)));
   const SavedView<T> saved(saved_storage.data(), saved_storage.extent(0));
-  Kokkos::deep_copy(x, T(0.5));
-  Kokkos::deep_copy(y, T(0.25));
-  const PassContext ctx{};
+  PassContext ctx{};  // the default execution-space instance, fenced around the timing
+  Kokkos::deep_copy(ctx.space, x, T(0.5));
+  Kokkos::deep_copy(ctx.space, y, T(0.25));
   layer->forward(ctx, x, y, saved);  // warm-up
   layer->backward(ctx, x, y, dx, saved);
-  compat::fence("gpipe::profile");
+  compat::fence(ctx.space, "gpipe::profile");
   const int reps = 3;
   const double start = now();
   for (int r = 0; r < reps; ++r) {
     layer->forward(ctx, x, y, saved);
     layer->backward(ctx, x, y, dx, saved);
   }
-  compat::fence("gpipe::profile");
+  compat::fence(ctx.space, "gpipe::profile");
   return (now() - start) / reps;
 }
 

@@ -15,9 +15,9 @@ namespace {
 // rank. A free function because CUDA's extended lambdas may not sit in a private
 // member function.
 template <class GatheredView, class OutView>
-void sum_in_replica_order(const GatheredView& g, const OutView& out, int D, std::int64_t n) {
+void sum_in_replica_order(const ExecSpace& space, const GatheredView& g, const OutView& out, int D, std::int64_t n) {
   Kokkos::parallel_for(
-      "gpipe::GradientReducer::sum_in_replica_order", Kokkos::RangePolicy<ExecSpace>(0, n),
+      "gpipe::GradientReducer::sum_in_replica_order", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i) {
         auto sum = g(i);
         for (int r = 1; r < D; ++r) sum += g(std::int64_t(r) * n + i);
@@ -77,10 +77,10 @@ void GradientReducer<T>::start(Bucket& b) {
   b.start = tracer_ ? tracer_->now() : 0;
   const auto range = std::make_pair(b.offset, b.offset + b.count);
   if (staged_) {
-    Kokkos::deep_copy(Kokkos::subview(grads_host_, range), Kokkos::subview(grads_, range));
-  } else {
-    compat::fence("gpipe::GradientReducer::start");  // the backward kernels wrote these gradients
+    Kokkos::deep_copy(space_, Kokkos::subview(grads_host_, range), Kokkos::subview(grads_, range));
   }
+  // The backward kernels (and the staging copy) wrote these gradients on space_.
+  compat::fence(space_, "gpipe::GradientReducer::start");
   const int count = int(b.count);
   if (link_.enabled()) {  // when the collective can start: once the last replica posted it
     b.posted_ns = link_clock_ns();
@@ -106,12 +106,12 @@ void GradientReducer<T>::complete(Bucket& b) {
   if (deterministic_) {
     const auto gathered_range = std::make_pair(b.offset * replicas_, (b.offset + b.count) * replicas_);
     if (staged_)
-      Kokkos::deep_copy(Kokkos::subview(gathered_, gathered_range),
+      Kokkos::deep_copy(space_, Kokkos::subview(gathered_, gathered_range),
                         Kokkos::subview(gathered_host_, gathered_range));
-    sum_in_replica_order(Kokkos::subview(gathered_, gathered_range), Kokkos::subview(grads_, range),
-                         replicas_, b.count);
+    sum_in_replica_order(space_, Kokkos::subview(gathered_, gathered_range),
+                         Kokkos::subview(grads_, range), replicas_, b.count);
   } else if (staged_) {
-    Kokkos::deep_copy(Kokkos::subview(grads_, range), Kokkos::subview(grads_host_, range));
+    Kokkos::deep_copy(space_, Kokkos::subview(grads_, range), Kokkos::subview(grads_host_, range));
   }
   b.done = true;
 }

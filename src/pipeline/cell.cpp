@@ -93,10 +93,10 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
 
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!is_first())
-      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_);
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space);
     if (!is_last()) {
-      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_);
-      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_);
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_, options_.space);
     } else {
       logit_grads_.emplace_back(uninitialized(fmt::format("gpipe::Cell::logit_grad[{}]", s)), rows,
                                 out_features_);
@@ -105,9 +105,12 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   }
   if (!is_first())
     for (int s = 0; s < plan.input_grad.slots; ++s)
-      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_);
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
   if (is_last()) logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
-  if (is_last()) loss_ = make_loss<T>(model.loss);
+  if (is_last()) {
+    loss_ = make_loss<T>(model.loss);
+    loss_->set_execution_space(options_.space);
+  }
   weight_grads_.resize(size_t(plan.weight_grad.slots));
   for (int s = 0; s < plan.weight_grad.slots; ++s)
     for (int l = 0; l + 1 < count; ++l)
@@ -140,7 +143,7 @@ std::vector<std::int64_t> Cell<T>::parameter_offsets() const {
 
 template <class T>
 void Cell<T>::zero_gradients() {
-  Kokkos::deep_copy(grads_, T(0));
+  Kokkos::deep_copy(options_.space, grads_, T(0));
 }
 
 template <class T>
@@ -200,7 +203,7 @@ void Cell<T>::deliver(const BoundaryBuffer<T>& received, int m) {
 template <class T>
 void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
   const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, training,
-                        !whole_cell};
+                        !whole_cell, options_.space};
   const auto& mb = split_[size_t(m)];
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
   activation_slot_[size_t(m)] =
@@ -223,7 +226,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
       layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
     if (!whole_cell) return;  // a recompute stops before the cell output
     if (is_last() && predict_logits_.extent(0) > 0) {
-      Kokkos::deep_copy(Kokkos::subview(predict_logits_, std::make_pair(mb.offset, mb.offset + mb.size),
+      Kokkos::deep_copy(options_.space, Kokkos::subview(predict_logits_, std::make_pair(mb.offset, mb.offset + mb.size),
                                         Kokkos::ALL),
                         layer_output(m, int(layers_.size()) - 1));
       return;
@@ -252,7 +255,8 @@ void Cell<T>::gradient_final(int layer) {
 
 template <class T>
 void Cell<T>::backward(int m, bool split) {
-  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
+  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true, false,
+                        options_.space};
   const bool final_gradients = training_ && m == last_backward_;
   const auto n = split_[size_t(m)].size;
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
@@ -306,7 +310,8 @@ void Cell<T>::backward(int m, bool split) {
 
 template <class T>
 void Cell<T>::backward_weights(int m) {
-  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true};
+  const PassContext ctx{options_.seed, step_, placement_.offset + split_[size_t(m)].offset, true, false,
+                        options_.space};
   const bool final_gradients = training_ && m == last_weights_;
   const auto n = split_[size_t(m)].size;
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);

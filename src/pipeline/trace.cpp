@@ -30,7 +30,7 @@ void Tracer::begin_step(std::int64_t step, bool record) {
   recording_ = record;
   step_ = step;
   if (!record) return;
-  compat::fence("gpipe::Tracer::begin_step");
+  compat::fence(space_, "gpipe::Tracer::begin_step");
   open_.clear();
   step_start_ = last_read_ = clock_();
   for (auto& s : spent_) s = 0;
@@ -39,7 +39,7 @@ void Tracer::begin_step(std::int64_t step, bool record) {
 
 void Tracer::end_step(std::int64_t peak_activation_bytes) {
   if (!recording_) return;
-  compat::fence("gpipe::Tracer::end_step");
+  compat::fence(space_, "gpipe::Tracer::end_step");
   const std::int64_t end = read();
   StepSummary s{};
   s.step = step_;
@@ -100,7 +100,7 @@ Tracer::Scope::Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64
 
 Tracer::Scope::~Scope() {
   if (tracer_) {
-    compat::fence("gpipe::Tracer::Scope");
+    compat::fence(tracer_->space_, "gpipe::Tracer::Scope");
     const std::int64_t end = tracer_->read();
     tracer_->open_.pop_back();
     event_.end = tracer_->seconds(end);

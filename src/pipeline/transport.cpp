@@ -44,15 +44,17 @@ MPI_Datatype mpi_type<double>() {
 
 template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(const std::string& label, std::int64_t capacity_rows,
-                                  std::int64_t cols)
-    : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols) {
-  if (staged()) host_ = Kokkos::create_mirror_view(device_);
+                                  std::int64_t cols, const ExecSpace& space)
+    : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols), space_(space) {
+  if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"),
+                                   capacity_rows, cols);
 }
 
 template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
     : device_(std::move(other.device_)),
       host_(std::move(other.host_)),
+      space_(other.space_),
       request_(other.request_),
       stamp_request_(other.stamp_request_),
       stamp_(std::move(other.stamp_)),
@@ -73,6 +75,7 @@ BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept
   cancel();
   device_ = std::move(other.device_);
   host_ = std::move(other.host_);
+  space_ = other.space_;
   request_ = other.request_;
   other.request_ = MPI_REQUEST_NULL;
   stamp_request_ = other.stamp_request_;
@@ -124,11 +127,12 @@ void BoundaryBuffer<T>::cancel() noexcept {
   if (request_ == MPI_REQUEST_NULL || cancel_request(request_, receiving_)) return;
   // MPI may still use the buffers: hand them over for good (never destroyed,
   // not even after Kokkos::finalize) and continue with fresh ones.
-  static auto* orphans = new std::vector<std::pair<Matrix<T>, typename Matrix<T>::host_mirror_type>>();
+  static auto* orphans = new std::vector<std::pair<Matrix<T>, HostBuffer>>();
   orphans->emplace_back(device_, host_);
   device_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, device_.label()), device_.extent(0),
                       device_.extent(1));
-  if (staged()) host_ = Kokkos::create_mirror_view(device_);
+  if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, host_.label()),
+                                   device_.extent(0), device_.extent(1));
 }
 
 template <class T>
@@ -185,11 +189,10 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
   receiving_ = false;
   peer_ = dest;
   const std::int64_t count = rows * cols();
-  if (staged()) {
-    Kokkos::deep_copy(host_, device_);
-  } else {
-    compat::fence("gpipe::BoundaryBuffer::post_send");
-  }
+  // The kernels that wrote the rows run on space_: fence that instance (not
+  // the whole device) before MPI reads them; stage only the rows sent.
+  if (staged()) Kokkos::deep_copy(space_, leading_rows(host_, rows), leading_rows(device_, rows));
+  compat::fence(space_, "gpipe::BoundaryBuffer::post_send");
   if (wire) {  // the data is ready now: it enters the emulated wire
     if (!stamp_) stamp_.reset(new std::int64_t[2]);
     stamp_[0] = link_clock_ns();
@@ -240,7 +243,10 @@ void BoundaryBuffer<T>::wait() {
                                     "{}x{} = {}",
                                     rank_, describe(), peer_, count, expected_rows_, cols(), expected));
   if (wire_.arrival_ns != 0) wire_.bytes = std::int64_t(count) * std::int64_t(sizeof(T));
-  if (staged()) Kokkos::deep_copy(device_, host_);
+  if (staged()) {  // only the rows received; host_ is free for the next receive after the fence
+    Kokkos::deep_copy(space_, leading_rows(device_, expected_rows_), leading_rows(host_, expected_rows_));
+    compat::fence(space_, "gpipe::BoundaryBuffer::wait");
+  }
 }
 
 template class BoundaryBuffer<float>;

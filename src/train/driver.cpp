@@ -181,7 +181,7 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
     const double start = MPI_Wtime();
     const std::int64_t seen = train_epoch(train, start);
     if (stopped_) break;  // the same decision on every rank: no report of a partial epoch
-    compat::fence("gpipe::Driver::epoch");
+    compat::fence(pipeline_.cell().execution_space(), "gpipe::Driver::epoch");
     MPI_Barrier(pipeline_.comm());
     share_loss();
     const DataPosition& p = pipeline_.position();

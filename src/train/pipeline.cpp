@@ -49,12 +49,14 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   MPI_Barrier(comm_.get());
   tracer_ = Tracer(Tracer::steady_ns());
   cell_->set_tracer(&tracer_);
+  tracer_.set_execution_space(options.space);
   if (D > 1) {
     reducer_ = std::make_unique<GradientReducer<T>>(
         grid_.replica_group(), cell_->gradients(), cell_->parameter_offsets(),
         deck.parallel.bucket_kib * 1024, deck.parallel.deterministic_reduction);
     reducer_->set_tracer(&tracer_);
     reducer_->set_link(options.link);
+    reducer_->set_execution_space(options.space);
     GradientReducer<T>* reducer = reducer_.get();
     cell_->set_gradient_ready([reducer](int layer) { reducer->layer_ready(layer); });
   }

@@ -28,6 +28,10 @@ struct PassContext {
   /// true: this forward repeats one already run in this step
   /// (re-materialization); layers must not update running state again.
   bool recompute = false;
+  /// The execution-space instance every kernel and deep_copy of the pass is
+  /// submitted to; the cell fences this instance (never Kokkos::fence())
+  /// before handing a buffer to MPI or the host.
+  ExecSpace space{};
 };
 
 /// A layer's saved state for one micro-batch: saved_size().elements(n)

@@ -39,6 +39,9 @@ class SoftmaxCrossEntropy final : public Loss<T> {
  private:
   Kokkos::View<double*, MemSpace> row_loss_;      // grown on demand
   Kokkos::View<std::int32_t*, MemSpace> row_hit_; // 1 correct, 0 wrong, -1 bad label
+  Kokkos::View<double[3], MemSpace> totals_{"gpipe::SoftmaxCrossEntropy::totals"};  // loss, hits, bad labels
+  typename Kokkos::View<double[3], MemSpace>::host_mirror_type totals_host_ =
+      Kokkos::create_mirror_view(totals_);
 };
 
 }  // namespace gpipe

@@ -66,6 +66,15 @@ class Loss {
   /// wrong kind or shape.
   virtual LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
                             Matrix<T> doutputs) = 0;
+
+  /// The execution-space instance evaluate() submits its kernels to and
+  /// fences before returning its sums (the cell's; the default instance
+  /// unless set).
+  const ExecSpace& execution_space() const { return space_; }
+  void set_execution_space(const ExecSpace& space) { space_ = space; }
+
+ private:
+  ExecSpace space_{};
 };
 
 /// The loss `spec` names (softmax_cross_entropy, mse, mae, huber).

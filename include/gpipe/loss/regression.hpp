@@ -28,7 +28,7 @@ class RegressionLoss final : public Loss<T> {
   Kind kind_;
   double delta_;
   Kokkos::View<double*, MemSpace> row_loss_;  // grown on demand
-  Kokkos::View<double*, MemSpace> moments_;   // 4 per output
+  Kokkos::View<double*, MemSpace> moments_;   // 4 per output, then the loss sum
 };
 
 }  // namespace gpipe

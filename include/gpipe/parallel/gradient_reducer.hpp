@@ -46,6 +46,9 @@ class GradientReducer {
 
   /// Records AllReduce events (one per bucket) into `tracer` (may be null).
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  /// The execution-space instance the backward kernels write the gradients
+  /// on (fenced before MPI reads them) and the replica sums run on.
+  void set_execution_space(const ExecSpace& space) { space_ = space; }
 
   /// Emulates `link` between the replicas (pipeline.link; the same on every
   /// replica): a bucket's result is used no earlier than its modelled ring
@@ -99,6 +102,7 @@ class GradientReducer {
   Tracer* tracer_ = nullptr;
   LinkModel link_;
   std::int64_t ring_free_ns_ = 0;  // emulated link: the previous bucket's modelled end
+  ExecSpace space_{};
 };
 
 }  // namespace gpipe

@@ -24,6 +24,9 @@ struct CellOptions {
   ScheduleKind schedule = ScheduleKind::FillDrain;  ///< the training schedule
   std::uint64_t seed = 0;      ///< initialization and Dropout seed
   LinkModel link;              ///< emulated link between cells (off by default; the same on every rank)
+  /// The execution-space instance every kernel and copy of the cell runs on;
+  /// the cell fences this instance, never all of Kokkos, before MPI.
+  ExecSpace space{};
 };
 
 /// Bytes of activation storage that cell `cell` of `partition` allocates for
@@ -111,6 +114,8 @@ class Cell {
   int rank() const { return comm_.rank(); }
   int cells() const { return comm_.size(); }
   bool is_first() const { return rank() == 0; }
+  /// The execution-space instance the cell's work runs on (CellOptions::space).
+  const ExecSpace& execution_space() const { return options_.space; }
   bool is_last() const { return rank() == cells() - 1; }
   MPI_Comm comm() const { return comm_.get(); }
   int first_layer() const { return first_layer_; }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gpipe/core/views.hpp"
+
 namespace gpipe {
 
 enum class EventKind : std::int8_t {
@@ -100,13 +102,18 @@ class Tracer {
   /// Ends the step and appends its StepSummary (if recorded).
   void end_step(std::int64_t peak_activation_bytes);
   bool recording() const { return recording_; }
+  /// The execution-space instance fenced at the end of each timed operation
+  /// and step (the cell's; the default instance unless set): only its work
+  /// is waited for, never the host program's other instances.
+  void set_execution_space(const ExecSpace& space) { space_ = space; }
   /// Seconds since the origin.
   double now() const;
 
   /// One operation: always a Kokkos profiling region ("gpipe::forward",
   /// "gpipe::backward", ... see region_name), so Kokkos Tools show the
   /// pipeline's structure; and, while recording, a timed event (the
-  /// execution space is fenced at the end so asynchronous kernels count).
+  /// tracer's execution-space instance is fenced at the end so asynchronous
+  /// kernels count).
   class Scope {
    public:
     Scope(Tracer* tracer, EventKind kind, int micro_batch, std::int64_t bytes = 0);
@@ -131,6 +138,7 @@ class Tracer {
   static constexpr int kOther = int(EventKind::LinkWait) + 1;  // index after the last EventKind
   Clock clock_;
   std::int64_t origin_;
+  ExecSpace space_{};
   bool recording_ = false;
   std::int64_t step_ = 0;
   std::int64_t step_start_ = 0;

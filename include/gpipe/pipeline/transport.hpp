@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/core/views.hpp"
 #include "gpipe/pipeline/link.hpp"
 
@@ -54,7 +55,11 @@ template <class T>
 class BoundaryBuffer {
  public:
   BoundaryBuffer() = default;
-  BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols);
+  /// `space`: the execution-space instance whose kernels write and read the
+  /// buffer; post_send() fences it (not Kokkos::fence()) and staging copies
+  /// run on it.
+  BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols,
+                 const ExecSpace& space = ExecSpace());
   ~BoundaryBuffer() { cancel(); }
   BoundaryBuffer(const BoundaryBuffer&) = delete;
   BoundaryBuffer& operator=(const BoundaryBuffer&) = delete;
@@ -74,7 +79,8 @@ class BoundaryBuffer {
   /// receive of its WireTime stamp is posted first, on the same tag.
   void post_recv(MPI_Comm comm, int source, int tag, std::int64_t expected_rows, const char* what,
                  int micro_batch = -1, bool stamped = false);
-  /// Fences, stages if needed, and posts MPI_Isend of the first `rows` rows.
+  /// Fences the buffer's execution-space instance, stages the first `rows`
+  /// rows if needed (only those), and posts MPI_Isend of them.
   /// With a `wire` (an emulated link, the direction to `dest`): first sends
   /// the stamp {now, wire->transmit(now, bytes)} (two MPI_INT64_T) on the
   /// same tag, so the receiver (post_recv with stamped) knows when the
@@ -101,8 +107,12 @@ class BoundaryBuffer {
   void cancel() noexcept;
 
  private:
+  // Host staging: pinned (page-locked) memory where the backend has it
+  // (Kokkos' SharedHostPinnedSpace), else host memory.
+  using HostBuffer = Kokkos::View<T**, Kokkos::LayoutRight, compat::HostPinnedSpace>;
   Matrix<T> device_;
-  typename Matrix<T>::host_mirror_type host_;
+  HostBuffer host_;
+  ExecSpace space_{};
   MPI_Request request_ = MPI_REQUEST_NULL;
   MPI_Request stamp_request_ = MPI_REQUEST_NULL;
   std::unique_ptr<std::int64_t[]> stamp_;  // {sent_ns, arrival_ns}: on the heap, so a move keeps a posted address

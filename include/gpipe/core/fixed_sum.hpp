@@ -1,0 +1,97 @@
+#pragma once
+// Reductions whose rounding does not depend on the thread count, the team
+// size or the backend (the bitwise invariants of docs/design.md hold at every
+// OMP_NUM_THREADS and on a GPU).
+//
+// Kokkos' parallel_reduce combines per-thread partial results in an order
+// that follows the thread count (OpenMP) or the team size (GPUs), so a
+// floating-point sum changes in its last bits with the machine. Here a sum of
+// `count` terms is split into kSumLanes fixed strided lanes (lane l adds terms
+// l, l + kSumLanes, ... in index order) and the lanes are then added in lane
+// order: the same additions in the same order whatever the hardware; the
+// lanes are spread over a team's threads (hierarchical parallelism: teams
+// over rows or columns, lanes over a team's threads). Maxima and integer
+// counts are exact in any order and need none of this.
+
+#include <Kokkos_Core.hpp>
+#include <cstddef>
+#include <cstdint>
+
+#include "gpipe/core/views.hpp"
+
+namespace gpipe {
+
+/// Lanes of every fixed-order sum (a multiple of a GPU warp's 32 threads
+/// would waste lanes on CPUs; 16 keeps 16 threads per team busy).
+inline constexpr int kSumLanes = 16;
+
+/// Team scratch for team_sum of values of type A: one value per lane.
+template <class A>
+using SumLanes = Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// Bytes of team scratch (level 0) that `views` SumLanes<A> need; pass to
+/// TeamPolicy::set_scratch_size(0, Kokkos::PerTeam(...)).
+template <class A>
+inline std::size_t sum_lanes_bytes(int views = 1) {
+  return std::size_t(views) * SumLanes<A>::shmem_size(kSumLanes);
+}
+
+/// sum_{j < count} term(j), added in the fixed lane order above; every
+/// thread of the team returns the same value. Collective over the team (two
+/// barriers); `lanes` is team scratch of kSumLanes values (sum_lanes_bytes).
+template <class A, class Member, class Term>
+KOKKOS_INLINE_FUNCTION A team_sum(const Member& team, const SumLanes<A>& lanes, std::int64_t count,
+                                  const Term& term) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumLanes), [&](const int l) {
+    A s = A(0);
+    for (std::int64_t j = l; j < count; j += kSumLanes) s += term(j);
+    lanes(l) = s;
+  });
+  team.team_barrier();
+  A total = A(0);
+  for (int l = 0; l < kSumLanes; ++l) total += lanes(l);
+  team.team_barrier();  // the lanes may be written again
+  return total;
+}
+
+/// max_{j < count} term(j) over values >= 0 (0 when count is 0; NaN terms
+/// are skipped), on every thread of the team. Exact in any order; lanes as in
+/// team_sum.
+template <class A, class Member, class Term>
+KOKKOS_INLINE_FUNCTION A team_max_nonnegative(const Member& team, const SumLanes<A>& lanes,
+                                              std::int64_t count, const Term& term) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumLanes), [&](const int l) {
+    A m = A(0);
+    for (std::int64_t j = l; j < count; j += kSumLanes) {
+      const A a = term(j);
+      m = a > m ? a : m;
+    }
+    lanes(l) = m;
+  });
+  team.team_barrier();
+  A top = A(0);
+  for (int l = 0; l < kSumLanes; ++l) top = lanes(l) > top ? lanes(l) : top;
+  team.team_barrier();
+  return top;
+}
+
+/// Adds to out(j), for each j < cols, the sum over i < rows of term(i, j),
+/// in the fixed lane order (one team per column, lanes over rows). Used for
+/// bias and normalization-parameter gradients; deterministic at every
+/// thread count. `label` names the kernel ("gpipe::Dense::backward_bias").
+template <class A, class Out, class Term>
+void add_column_sums(const char* label, const ExecSpace& space, std::int64_t rows, std::int64_t cols,
+                     Out out, Term term) {
+  if (rows == 0 || cols == 0) return;
+  RowPolicy policy(space, cols, Kokkos::AUTO);
+  policy.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<A>()));
+  Kokkos::parallel_for(
+      label, policy, KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t j = team.league_rank();
+        const SumLanes<A> lanes(team.team_scratch(0), kSumLanes);
+        const A s = team_sum<A>(team, lanes, rows, [&](const std::int64_t i) { return A(term(i, j)); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { out(j) += typename Out::value_type(s); });
+      });
+}
+
+}  // namespace gpipe
