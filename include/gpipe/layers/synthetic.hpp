@@ -1,0 +1,70 @@
+#pragma once
+// An emulated layer for performance studies (docs/performance-model.md,
+// "Validation"): it does no arithmetic but waits a prescribed time per sample,
+// sleeping (so that many ranks can share few cores without competing for
+// them), then copies its input to its output. A deck of synthetic layers runs
+// through the real cell runner, schedules, MPI transport and traces; only the
+// compute is replaced. Deck:
+//   {type: synthetic, units: 64, forward_us: 20, backward_input_us: 20,
+//    backward_weights_us: 20, params: 1000}
+
+#include <cstdint>
+
+#include "gpipe/layers/layer.hpp"
+
+namespace gpipe {
+
+/// Deck keys of `{type: synthetic, ...}`; times are microseconds per sample.
+struct SyntheticConfig : LayerConfig {
+  std::int64_t units = 0;           ///< output features (> 0)
+  double forward_us = 0;            ///< forward (F) time per sample, >= 0
+  double backward_input_us = 0;     ///< input-gradient (B) time per sample, >= 0 (default forward_us)
+  double backward_weights_us = 0;   ///< weight-gradient (W) time per sample, >= 0 (default forward_us)
+  std::int64_t params = 0;          ///< parameter count (>= 0), one (1, params) tensor "weight"
+};
+
+/// Waits `seconds` (>= 0) by sleeping the calling thread, minus what earlier
+/// calls on this thread overslept (the sleep's wake-up overshoot, tens of
+/// microseconds on Linux); an overshoot larger than the wait is carried on.
+/// So the total time of consecutive calls on one thread is at least the sum
+/// of their `seconds` minus the overshoot owed before the first call, and
+/// exceeds that sum by at most the last call's overshoot. Host only; never
+/// call it inside a kernel.
+void emulate_compute(double seconds);
+/// Forgets the overshoot owed by earlier emulate_compute() calls on this
+/// thread (for tests that measure a single call).
+void reset_emulated_compute();
+
+/// The synthetic layer. Forward of n rows: emulate_compute(n * forward_us),
+/// then y = x on the first min(in, units) columns and 0 on the others (the
+/// input is read as flat features, whatever its shape). Backward: dx = dy on
+/// the common columns, 0 on the others, after emulate_compute(n *
+/// (backward_input_us + backward_weights_us)); split (zero_bubble): the B op
+/// waits n * backward_input_us and computes dx, the W op waits n *
+/// backward_weights_us. The waits happen even when no input gradient is
+/// asked for (the model's first layer), so every op costs its prescribed
+/// time. Its `params` parameters are real (optimizer, gradient all-reduce and
+/// checkpoints see them) but nothing reads them and their gradients stay 0.
+/// FLOPs: 0.
+template <class T>
+class Synthetic final : public Layer<T> {
+ public:
+  explicit Synthetic(const LayerShape& shape);
+
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override;
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T> saved) override;
+  bool splits_backward() const override { return true; }
+  void backward_input(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                      SavedView<T> saved) override;
+  void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                        SavedView<T> saved) override;
+  using Layer<T>::forward;
+  using Layer<T>::backward;
+  const SyntheticConfig& config() const { return config_; }
+
+ private:
+  SyntheticConfig config_;
+};
+
+}  // namespace gpipe
