@@ -5,6 +5,8 @@
 
 #include "gpipe/layers/synthetic.hpp"
 
+#include "gpipe/core/kokkos_compat.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -34,15 +36,18 @@ void tighten_timer_slack() {
 }
 }  // namespace
 
-void emulate_compute(double seconds) {
-  if (!(seconds > 0)) return;
-  const double wait = seconds - owed_seconds;
-  if (wait <= 0) {  // already overslept this much: pay it off, do not sleep
+void emulate_compute(double seconds) { emulate_compute(seconds, std::chrono::steady_clock::now()); }
+
+void emulate_compute(double seconds, std::chrono::steady_clock::time_point since) {
+  // What is left of `seconds` after the time spent since `since` and what
+  // earlier calls overslept; a negative rest is owed to the next call.
+  const auto start = Clock::now();
+  const double wait = seconds - Seconds(start - since).count() - owed_seconds;
+  if (wait <= 0) {
     owed_seconds = -wait;
     return;
   }
   tighten_timer_slack();
-  const auto start = Clock::now();
   std::this_thread::sleep_for(Seconds(wait));
   owed_seconds = std::max(0.0, Seconds(Clock::now() - start).count() - wait);
 }
@@ -63,31 +68,45 @@ void copy_columns(ConstMatrix<T> in, Matrix<T> out, const char* label) {
 }
 
 double per_rows(double us, std::int64_t rows) { return double(rows) * us * 1e-6; }
+
+// The copy is part of the op's prescribed time: it runs first (fenced), then
+// the op sleeps what is left.
+template <class T>
+void copy_then_wait(ConstMatrix<T> in, Matrix<T> out, double seconds, const char* label) {
+  const auto start = Clock::now();
+  if (out.extent(0) > 0) {
+    copy_columns<T>(in, out, label);
+    compat::fence(label);
+  }
+  emulate_compute(seconds, start);
+}
 }  // namespace
 
 template <class T>
 Synthetic<T>::Synthetic(const LayerShape& shape)
     : Layer<T>(shape), config_(shape.spec.as<SyntheticConfig>()) {}
 
+
 template <class T>
 void Synthetic<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
-  emulate_compute(per_rows(config_.forward_us, std::int64_t(x.extent(0))));
-  copy_columns<T>(x, y, "gpipe::Synthetic::forward");
+  copy_then_wait<T>(x, y, per_rows(config_.forward_us, std::int64_t(x.extent(0))),
+                    "gpipe::Synthetic::forward");
 }
 
 template <class T>
 void Synthetic<T>::backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                             SavedView<T>) {
-  emulate_compute(per_rows(config_.backward_input_us + config_.backward_weights_us,
-                           std::int64_t(dy.extent(0))));
-  if (dx.extent(0) > 0) copy_columns<T>(dy, dx, "gpipe::Synthetic::backward");
+  copy_then_wait<T>(dy, dx,
+                    per_rows(config_.backward_input_us + config_.backward_weights_us,
+                             std::int64_t(dy.extent(0))),
+                    "gpipe::Synthetic::backward");
 }
 
 template <class T>
 void Synthetic<T>::backward_input(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy,
                                   Matrix<T> dx, SavedView<T>) {
-  emulate_compute(per_rows(config_.backward_input_us, std::int64_t(dy.extent(0))));
-  if (dx.extent(0) > 0) copy_columns<T>(dy, dx, "gpipe::Synthetic::backward_input");
+  copy_then_wait<T>(dy, dx, per_rows(config_.backward_input_us, std::int64_t(dy.extent(0))),
+                    "gpipe::Synthetic::backward_input");
 }
 
 template <class T>

@@ -8,6 +8,7 @@
 //   {type: synthetic, units: 64, forward_us: 20, backward_input_us: 20,
 //    backward_weights_us: 20, params: 1000}
 
+#include <chrono>
 #include <cstdint>
 
 #include "gpipe/layers/layer.hpp"
@@ -23,24 +24,28 @@ struct SyntheticConfig : LayerConfig {
   std::int64_t params = 0;          ///< parameter count (>= 0), one (1, params) tensor "weight"
 };
 
-/// Waits `seconds` (>= 0) by sleeping the calling thread, minus what earlier
-/// calls on this thread overslept (the sleep's wake-up overshoot, tens of
-/// microseconds on Linux); an overshoot larger than the wait is carried on.
-/// So the total time of consecutive calls on one thread is at least the sum
-/// of their `seconds` minus the overshoot owed before the first call, and
-/// exceeds that sum by at most the last call's overshoot. Host only; never
-/// call it inside a kernel.
+/// Waits until `seconds` (>= 0) have passed since `since`, by sleeping the
+/// calling thread, minus what earlier calls on this thread overslept (a
+/// sleep's wake-up overshoot: 10-20 us on Linux with the 1 us timer slack
+/// this sets for the thread) or overran (work since `since` that took longer
+/// than `seconds`); what cannot be paid off now is carried on. So consecutive
+/// calls on one thread take at least the sum of their `seconds` minus what
+/// was owed before the first, and exceed it by at most the last call's
+/// overshoot. Host only; never call it inside a kernel.
+void emulate_compute(double seconds, std::chrono::steady_clock::time_point since);
+/// emulate_compute(seconds, now).
 void emulate_compute(double seconds);
 /// Forgets the overshoot owed by earlier emulate_compute() calls on this
 /// thread (for tests that measure a single call).
 void reset_emulated_compute();
 
-/// The synthetic layer. Forward of n rows: emulate_compute(n * forward_us),
-/// then y = x on the first min(in, units) columns and 0 on the others (the
-/// input is read as flat features, whatever its shape). Backward: dx = dy on
-/// the common columns, 0 on the others, after emulate_compute(n *
-/// (backward_input_us + backward_weights_us)); split (zero_bubble): the B op
-/// waits n * backward_input_us and computes dx, the W op waits n *
+/// The synthetic layer. Forward of n rows: y = x on the first min(in, units)
+/// columns and 0 on the others (the input is read as flat features,
+/// whatever its shape), then it waits until n * forward_us have passed since
+/// it started (emulate_compute: the copy is part of the prescribed time).
+/// Backward: dx = dy on the common columns, 0 on the others, in n *
+/// (backward_input_us + backward_weights_us); split (zero_bubble): the B op
+/// computes dx in n * backward_input_us, the W op waits n *
 /// backward_weights_us. The waits happen even when no input gradient is
 /// asked for (the model's first layer), so every op costs its prescribed
 /// time. Its `params` parameters are real (optimizer, gradient all-reduce and
