@@ -41,9 +41,11 @@ options:
   --quick           a subset: K = 2, 4, 16; M = 1, 4, 16, 64; imbalance at M = 4, 16;
                     the real decks at K = 2 only (about 5 minutes)
   --parts "LIST"    parts to run (default "emulated imbalance real")
-  --steps S         training steps per run, the first a warm-up (default 5)
+  --steps S         training steps per run, the first a warm-up (default 8)
   --out DIR         output folder (default runs/validate-YYYYmmdd-HHMMSS)
   --resume          keep the points of DIR that have a summary and a plan
+  --replan          keep the measured runs of DIR, redo every prediction (e.g.
+                    with other PLAN_ARGS) and the analysis
   --dry-run         print the commands, run nothing
   -h, --help        this help
 
@@ -60,7 +62,7 @@ EOF
 
 die() { echo "validate_model.sh: error: $*" >&2; exit 2; }
 
-quick=false; parts="emulated imbalance real"; steps=5; out=""; resume=false; dry_run=false
+quick=false; parts="emulated imbalance real"; steps=8; out=""; resume=false; replan=false; dry_run=false
 need() { if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == --* ]]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -69,6 +71,7 @@ while [ $# -gt 0 ]; do
     --steps) need "$@"; steps="$2"; shift 2 ;;
     --out) need "$@"; out="$2"; shift 2 ;;
     --resume) resume=true; shift ;;
+    --replan) replan=true; resume=true; shift ;;
     --dry-run) dry_run=true; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
@@ -140,11 +143,12 @@ run_point() {
   if $dry_run; then
     echo "${launcher[*]} -n $k $train ${args[*]}"; echo "$plan ${pargs[*]}"; return
   fi
-  if $resume && [ -f "$out/$name.json" ] && [ -s "$out/$name.plan.json" ]; then return; fi
+  if $resume && [ -f "$out/$name.json" ] && [ -s "$out/$name.plan.json" ] && ! $replan; then return; fi
   local t0=$SECONDS
   if ! "$plan" "${pargs[@]}" > "$out/$name.plan.json" 2> "$out/$name.plan.log"; then
     echo "$name: gpipe-plan FAILED (see $out/$name.plan.log)" >&2; failed=1
   fi
+  if $resume && [ -f "$out/$name.json" ]; then return; fi
   if "${launcher[@]}" -n "$k" "$train" "${args[@]}" > "$out/$name.log" 2>&1; then
     echo "$name: done in $((SECONDS - t0)) s"
   else
