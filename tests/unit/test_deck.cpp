@@ -78,7 +78,7 @@ TEST(DeckErrors, UnknownLayerType) {
   EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv7d}")),
             "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv7d' (expected one of: "
             "avgpool1d, avgpool2d, batchnorm2d, conv1d, conv2d, dense, dropout, flatten, gelu, "
-            "global_avgpool, layer_norm, maxpool1d, maxpool2d, patch_embed, pos_embed, relu, tanh, "
+            "global_avgpool, layer_norm, maxpool1d, maxpool2d, patch_embed, pos_embed, relu, synthetic, tanh, "
             "token_mean, "
             "transformer_block)");
 }
