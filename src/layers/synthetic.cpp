@@ -5,8 +5,6 @@
 
 #include "gpipe/layers/synthetic.hpp"
 
-#include "gpipe/core/kokkos_compat.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -15,6 +13,8 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
+
+#include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
 
@@ -36,7 +36,7 @@ void tighten_timer_slack() {
 }
 }  // namespace
 
-void emulate_compute(double seconds) { emulate_compute(seconds, std::chrono::steady_clock::now()); }
+void emulate_compute(double seconds) { emulate_compute(seconds, Clock::now()); }
 
 void emulate_compute(double seconds, std::chrono::steady_clock::time_point since) {
   // What is left of `seconds` after the time spent since `since` and what
@@ -85,7 +85,6 @@ void copy_then_wait(ConstMatrix<T> in, Matrix<T> out, double seconds, const char
 template <class T>
 Synthetic<T>::Synthetic(const LayerShape& shape)
     : Layer<T>(shape), config_(shape.spec.as<SyntheticConfig>()) {}
-
 
 template <class T>
 void Synthetic<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {

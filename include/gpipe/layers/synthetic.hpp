@@ -1,8 +1,8 @@
 #pragma once
 // An emulated layer for performance studies (docs/performance-model.md,
-// "Validation"): it does no arithmetic but waits a prescribed time per sample,
-// sleeping (so that many ranks can share few cores without competing for
-// them), then copies its input to its output. A deck of synthetic layers runs
+// "Validation"): it does no arithmetic; it copies its input to its output and
+// sleeps for the rest of a prescribed time per sample (so that many ranks can
+// share few cores without competing for them). A deck of synthetic layers runs
 // through the real cell runner, schedules, MPI transport and traces; only the
 // compute is replaced. Deck:
 //   {type: synthetic, units: 64, forward_us: 20, backward_input_us: 20,
@@ -31,7 +31,7 @@ struct SyntheticConfig : LayerConfig {
 /// than `seconds`); what cannot be paid off now is carried on. So consecutive
 /// calls on one thread take at least the sum of their `seconds` minus what
 /// was owed before the first, and exceed it by at most the last call's
-/// overshoot. Host only; never call it inside a kernel.
+/// overshoot when no work overran its time. Host only; never call it inside a kernel.
 void emulate_compute(double seconds, std::chrono::steady_clock::time_point since);
 /// emulate_compute(seconds, now).
 void emulate_compute(double seconds);
