@@ -28,7 +28,9 @@ Parts (all by default):
              (max/mean cell time 1.0, 1.25, 1.5, 2.0) at K = 4, fill_drain and
              zero_bubble, M = 1, 4, 16, 64; bound 5 %
   real       inputs/fashion_mnist_mlp.yaml and inputs/deep_mlp.yaml at K = 1
-             and 2 with their own M; bound: samples/s within 10 %
+             and 2 with their own M; bound: samples/s within 10 %. gpipe-plan
+             predicts with layer times it measures first on this machine
+             (--calibrate OUT/<point>.costs.h5) when it has that option
 
 Emulated runs use mpirun --oversubscribe --mca mpi_yield_when_idle 1 (Open
 MPI; a waiting rank otherwise spins and takes the cores the sleeping ranks'
@@ -128,6 +130,8 @@ if ! $dry_run; then
     echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"; } >> "$out/study.txt"
 fi
 
+calibrate=false
+if [ -x "$plan" ] && "$plan" --help 2>/dev/null | grep -q -- --calibrate; then calibrate=true; fi
 batch_of() { sed -n 's/^[[:space:]]*batch_size:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$1" | head -n 1; }
 failed=0
 # run_point PART DECK K M SCHEDULE N [extra plan args...]: one measured run and its prediction.
@@ -173,7 +177,11 @@ for part in $parts; do
         n="$(batch_of "$deck")"
         m="$(sed -n 's/^[[:space:]]*micro_batches:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$deck" | head -n 1)"
         for k in $real_cells; do
-          run_point real "$deck" "$k" "${m:-1}" fill_drain "$n" ${plan_args_real[@]+"${plan_args_real[@]}"}
+          name="real_$(basename "$deck" .yaml)_K${k}_M${m:-1}_fill_drain"
+          calibration=()
+          $calibrate && calibration=(--calibrate "$out/$name.costs.h5")
+          run_point real "$deck" "$k" "${m:-1}" fill_drain "$n" ${calibration[@]+"${calibration[@]}"} \
+            ${plan_args_real[@]+"${plan_args_real[@]}"}
         done
       done ;;
   esac
