@@ -57,11 +57,11 @@ void reset_emulated_compute() { owed_seconds = 0; }
 namespace {
 // out = in on the first min(in, out) columns, 0 on the others.
 template <class T>
-void copy_columns(ConstMatrix<T> in, Matrix<T> out, const char* label) {
+void copy_columns(const ExecSpace& space, ConstMatrix<T> in, Matrix<T> out, const char* label) {
   const std::int64_t n = std::int64_t(out.extent(0)), cols = std::int64_t(out.extent(1));
   const std::int64_t common = std::min(cols, std::int64_t(in.extent(1)));
   Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace>(0, n * cols), KOKKOS_LAMBDA(const std::int64_t e) {
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, n * cols), KOKKOS_LAMBDA(const std::int64_t e) {
         const std::int64_t i = e / cols, j = e % cols;
         out(i, j) = j < common ? in(i, j) : T(0);
       });
@@ -69,14 +69,15 @@ void copy_columns(ConstMatrix<T> in, Matrix<T> out, const char* label) {
 
 double per_rows(double us, std::int64_t rows) { return double(rows) * us * 1e-6; }
 
-// The copy is part of the op's prescribed time: it runs first (fenced), then
-// the op sleeps what is left.
+// The copy is part of the op's prescribed time: it runs first (on the pass's
+// execution-space instance, fenced), then the op sleeps what is left.
 template <class T>
-void copy_then_wait(ConstMatrix<T> in, Matrix<T> out, double seconds, const char* label) {
+void copy_then_wait(const PassContext& ctx, ConstMatrix<T> in, Matrix<T> out, double seconds,
+                    const char* label) {
   const auto start = Clock::now();
   if (out.extent(0) > 0) {
-    copy_columns<T>(in, out, label);
-    compat::fence(label);
+    copy_columns<T>(ctx.space, in, out, label);
+    compat::fence(ctx.space, label);
   }
   emulate_compute(seconds, start);
 }
@@ -87,24 +88,24 @@ Synthetic<T>::Synthetic(const LayerShape& shape)
     : Layer<T>(shape), config_(shape.spec.as<SyntheticConfig>()) {}
 
 template <class T>
-void Synthetic<T>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
-  copy_then_wait<T>(x, y, per_rows(config_.forward_us, std::int64_t(x.extent(0))),
+void Synthetic<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
+  copy_then_wait<T>(ctx, x, y, per_rows(config_.forward_us, std::int64_t(x.extent(0))),
                     "gpipe::Synthetic::forward");
 }
 
 template <class T>
-void Synthetic<T>::backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+void Synthetic<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                             SavedView<T>) {
-  copy_then_wait<T>(dy, dx,
+  copy_then_wait<T>(ctx, dy, dx,
                     per_rows(config_.backward_input_us + config_.backward_weights_us,
                              std::int64_t(dy.extent(0))),
                     "gpipe::Synthetic::backward");
 }
 
 template <class T>
-void Synthetic<T>::backward_input(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy,
+void Synthetic<T>::backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
                                   Matrix<T> dx, SavedView<T>) {
-  copy_then_wait<T>(dy, dx, per_rows(config_.backward_input_us, std::int64_t(dy.extent(0))),
+  copy_then_wait<T>(ctx, dy, dx, per_rows(config_.backward_input_us, std::int64_t(dy.extent(0))),
                     "gpipe::Synthetic::backward_input");
 }
 
