@@ -41,7 +41,7 @@ rank and step) / step time, from the traces.
 
 options:
   --quick           a subset: K = 2, 4, 16; M = 1, 4, 16, 64; imbalance at M = 4, 16;
-                    the real decks at K = 2 only (about 5 minutes)
+                    the real decks at K = 2 only (about 2 minutes; all: about 5)
   --parts "LIST"    parts to run (default "emulated imbalance real")
   --steps S         training steps per run, the first a warm-up (default 8)
   --out DIR         output folder (default runs/validate-YYYYmmdd-HHMMSS)
