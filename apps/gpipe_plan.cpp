@@ -1,0 +1,207 @@
+// gpipe-plan: the performance model. Predicts a deck's training step on R
+// ranks (step time, samples/s, bubble, memory per cell, communication) by
+// simulating the runner's own schedule event by event, or sweeps every valid
+// (D, K, M, schedule) and marks the best. Starts neither MPI nor Kokkos
+// (docs/performance-model.md).
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/predict/predict.hpp"
+#include "gpipe/predict/sweep.hpp"
+
+namespace {
+
+constexpr int kExitInputError = 2;
+
+struct Options {
+  std::string deck;
+  std::vector<std::string> sets;
+  int ranks = 1;
+  bool json = false;
+  bool sweep = false;
+  std::string link;
+  std::optional<double> latency_us, bandwidth_gbytes, allreduce_gbytes;
+  std::string gflops;
+  double memory_gib = 0;
+};
+
+gpipe::Network network_of(const Options& o, const gpipe::Deck& deck) {
+  gpipe::Network n;
+  if (!o.link.empty()) {
+    n = gpipe::network_preset(o.link);
+  } else if (deck.pipeline.link.enabled()) {  // the emulated link the deck runs over
+    n.name = "deck";
+    n.p2p = gpipe::LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
+    n.allreduce = n.p2p;
+  } else {
+    n = gpipe::network_preset("shm");
+  }
+  if (o.latency_us || o.bandwidth_gbytes || o.allreduce_gbytes) n.name = "custom";
+  if (o.latency_us) n.p2p.latency_s = n.allreduce.latency_s = *o.latency_us * 1e-6;
+  if (o.bandwidth_gbytes) n.p2p.bytes_per_s = *o.bandwidth_gbytes * 1e9;
+  if (o.bandwidth_gbytes && !o.allreduce_gbytes) n.allreduce.bytes_per_s = n.p2p.bytes_per_s;
+  if (o.allreduce_gbytes) n.allreduce.bytes_per_s = *o.allreduce_gbytes * 1e9;
+  return n;
+}
+
+nlohmann::json to_json(const gpipe::Prediction& p) {
+  nlohmann::json j;
+  j["ranks"] = p.ranks;
+  j["replicas"] = p.replicas;
+  j["cells_count"] = p.cells;
+  j["micro_batches"] = p.micro_batches;
+  j["schedule"] = p.schedule;
+  j["remat"] = p.remat;
+  j["network"] = p.network;
+  j["batch_size"] = p.batch_size;
+  j["micro_batch_rows"] = p.micro_batch_rows;
+  j["step_time_s"] = p.step_time_s;
+  j["samples_per_s"] = p.samples_per_s;
+  j["bubble_fraction"] = p.bubble_fraction;
+  j["bubble_fraction_analytical"] = p.bubble_analytical;
+  j["imbalance"] = p.imbalance;
+  j["pipeline_bytes"] = p.pipeline_bytes;
+  j["allreduce_bytes"] = p.allreduce_bytes;
+  j["comm_bytes"] = p.comm_bytes;
+  j["max_memory_bytes"] = p.max_memory_bytes();
+  j["cells"] = nlohmann::json::array();
+  for (const auto& c : p.cells_detail)
+    j["cells"].push_back({{"first_layer", c.first_layer},
+                          {"layers", c.layers},
+                          {"busy_s", c.busy_s},
+                          {"idle_s", c.idle_s},
+                          {"reduce_exposed_s", c.reduce_exposed_s},
+                          {"peak_micro_batches", c.peak_micro_batches},
+                          {"activation_bytes", c.activation_bytes},
+                          {"parameter_bytes", c.parameter_bytes},
+                          {"memory_bytes", c.memory_bytes}});
+  return j;
+}
+
+std::string mib(std::int64_t bytes) { return fmt::format("{:.2f}", double(bytes) / (1 << 20)); }
+
+void print_prediction(const gpipe::Prediction& p, const gpipe::Network& net) {
+  fmt::print("gpipe-plan: predicted (not measured) on {} ranks = {} replicas (D) x {} cells (K), "
+             "N = {} in M = {} micro-batches of <= {} rows, schedule {}, re-materialization {}\n",
+             p.ranks, p.replicas, p.cells, p.batch_size, p.micro_batches, p.micro_batch_rows, p.schedule, p.remat);
+  fmt::print("  network {}: latency {:.3g} us, {:.3g} GB/s point-to-point, all-reduce {:.3g} GB/s\n", net.name,
+             net.p2p.latency_s * 1e6, net.p2p.bytes_per_s * 1e-9, net.allreduce.bytes_per_s * 1e-9);
+  fmt::print("  step time {:.6g} s, {:.1f} samples/s, bubble {:.4f} (balanced-cell formula {:.4f}), "
+             "imbalance (max/mean busy) {:.3f}\n",
+             p.step_time_s, p.samples_per_s, p.bubble_fraction, p.bubble_analytical, p.imbalance);
+  fmt::print("  communication per step: {} MiB pipeline + {} MiB all-reduce = {} MiB\n", mib(p.pipeline_bytes),
+             mib(p.allreduce_bytes), mib(p.comm_bytes));
+  fmt::print("  {:>4} {:>9} {:>10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "cell", "layers", "busy s",
+             "idle s", "reduce s", "in-flt", "activ. MiB", "param MiB", "memory MiB");
+  for (size_t k = 0; k < p.cells_detail.size(); ++k) {
+    const auto& c = p.cells_detail[k];
+    fmt::print("  {:>4} {:>9} {:>10.4g} {:>10.4g} {:>10.4g} {:>8} {:>12} {:>12} {:>12}\n", k,
+               fmt::format("{}-{}", c.first_layer, c.first_layer + c.layers - 1), c.busy_s, c.idle_s,
+               c.reduce_exposed_s, c.peak_micro_batches, mib(c.activation_bytes), mib(c.parameter_bytes),
+               mib(c.memory_bytes));
+  }
+}
+
+void print_sweep(const gpipe::SweepResult& s, double memory_gib) {
+  fmt::print("gpipe-plan: predicted (not measured) sweep over {} ranks, N = {}{}\n", s.ranks, s.batch_size,
+             memory_gib > 0 ? fmt::format(", memory per rank <= {:g} GiB", memory_gib) : std::string());
+  fmt::print("  {:>5} {:>5} {:>5} {:<12} {:>12} {:>12} {:>8} {:>12} {:>12}\n", "D", "K", "M", "schedule",
+             "step s", "samples/s", "bubble", "memory MiB", "comm MiB");
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const auto& p = s.rows[i].prediction;
+    fmt::print("  {:>5} {:>5} {:>5} {:<12} {:>12.5g} {:>12.1f} {:>8.4f} {:>12} {:>12}{}{}\n", p.replicas, p.cells,
+               p.micro_batches, p.schedule, p.step_time_s, p.samples_per_s, p.bubble_fraction,
+               mib(p.max_memory_bytes()), mib(p.comm_bytes), s.rows[i].fits ? "" : "  (over memory)",
+               int(i) == s.best ? "  <- best" : "");
+  }
+  if (s.best < 0) fmt::print("  no configuration fits in the memory limit\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Predict a deck's training step on R ranks without running it (the performance model, "
+      "docs/performance-model.md): step time, samples/s, bubble, per-cell activation and parameter "
+      "memory, communication volume. Simulates the runner's own schedule event by event; starts "
+      "neither MPI nor Kokkos.\n\n"
+      "  gpipe-plan inputs/deep_mlp.yaml --ranks 4\n"
+      "  gpipe-plan inputs/deep_mlp.yaml --ranks 64 --link hdr200 --sweep --memory-GiB 16 --json",
+      "gpipe-plan"};
+  app.add_option("deck", o.deck, "YAML input deck")->required();
+  app.add_option("--set", o.sets, "Override a deck value, KEY=VALUE (as gpipe-train); repeatable")
+      ->type_name("KEY=VALUE");
+  app.add_option("--ranks", o.ranks, "Number of MPI ranks R = D x K (K = parallel.cells, 0: all)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "Print one JSON object on stdout instead of the table");
+  app.add_flag("--sweep", o.sweep,
+               "Every valid (D, K, M in powers of 2 up to the shard, schedule) on R ranks; marks the "
+               "best samples/s within --memory-GiB");
+  app.add_option("--memory-GiB", o.memory_gib, "With --sweep: memory per rank limit (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--link", o.link,
+                 "Network preset: shm (this machine), 10GbE, hdr200 (default: the deck's pipeline.link "
+                 "if set, else shm)");
+  app.add_option("--latency-us", o.latency_us, "Point-to-point and all-reduce latency, microseconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bandwidth-GBps", o.bandwidth_gbytes, "Point-to-point bandwidth, GB/s (10^9 bytes/s)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--allreduce-GBps", o.allreduce_gbytes,
+                 "Ring all-reduce link bandwidth, GB/s (default: --bandwidth-GBps)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gflops", o.gflops,
+                 "GEMM rate for layers costed by FLOPs: GFLOP/s, or ROWS:GFLOPS,... against micro-batch "
+                 "rows (default: this machine's measured curve)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitInputError;
+  }
+  try {
+    const gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
+    gpipe::PredictOptions options;
+    options.network = network_of(o, deck);
+    options.costs.synthetic = gpipe::synthetic_layers(deck);
+    if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
+    if (o.sweep) {
+      const auto s = gpipe::sweep(deck, o.ranks, options, std::int64_t(o.memory_gib * double(1LL << 30)));
+      if (o.json) {
+        nlohmann::json j;
+        j["ranks"] = s.ranks;
+        j["batch_size"] = s.batch_size;
+        j["memory_limit_bytes"] = s.memory_limit_bytes;
+        j["best"] = s.best;
+        j["rows"] = nlohmann::json::array();
+        for (const auto& r : s.rows) {
+          auto row = to_json(r.prediction);
+          row["fits"] = r.fits;
+          j["rows"].push_back(row);
+        }
+        std::cout << j.dump(2) << "\n";
+      } else {
+        print_sweep(s, o.memory_gib);
+      }
+      return 0;
+    }
+    const gpipe::Prediction p = gpipe::predict(deck, o.ranks, options);
+    if (o.json)
+      std::cout << to_json(p).dump(2) << "\n";
+    else
+      print_prediction(p, options.network);
+  } catch (const gpipe::InputError& e) {
+    std::cerr << "gpipe-plan: error: " << e.what() << "\n";
+    return kExitInputError;
+  }
+  return 0;
+}

@@ -1,0 +1,94 @@
+#pragma once
+// The performance model behind gpipe-plan: a deck's run on R ranks,
+// predicted from the deck alone (the library's own grid, partition, schedule
+// and buffer plan; per-layer costs; a network model), by simulating one step
+// event by event (predict/simulate.hpp). Pure: no MPI, no Kokkos
+// (docs/performance-model.md).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpipe/io/deck.hpp"
+#include "gpipe/pipeline/link.hpp"
+#include "gpipe/predict/costs.hpp"
+#include "gpipe/predict/simulate.hpp"
+
+namespace gpipe {
+
+/// The interconnect: neighbouring cells' messages and the replicas' gradient
+/// all-reduce (both LinkModel: latency_s, bytes_per_s). Every pair of ranks
+/// is assumed to see the same link (no node topology).
+struct Network {
+  std::string name;     ///< shm | 10GbE | hdr200 | deck | custom
+  LinkModel p2p;        ///< pipeline boundary messages (pipeline/link.hpp's Wire)
+  LinkModel allreduce;  ///< ring all-reduce (LinkModel::ring_allreduce_ns)
+};
+
+/// Named networks (numbers in docs/performance-model.md):
+///  - shm: this machine's shared memory (perf/README.md: MPI ping-pong 2 us,
+///    6 GB/s for 128 KiB-1 MiB messages; Iallreduce 1.44 GB/s at 2 ranks);
+///  - 10GbE: 10 Gb/s Ethernet, 1.25 GB/s, 25 us latency (TCP);
+///  - hdr200: 200 Gb/s InfiniBand HDR, 25 GB/s, 1.5 us latency.
+/// Throws InputError naming --link for another name.
+Network network_preset(const std::string& name);
+/// The preset names, for help texts.
+const std::vector<std::string>& network_presets();
+
+struct PredictOptions {
+  CostSource costs;
+  Network network = network_preset("shm");
+  /// Memory bandwidth of the optimizer step (bytes/s): SGD reads and
+  /// writes 3 (5 with momentum) arrays per parameter, Adam 7.
+  double optimizer_bytes_per_s = 10e9;
+};
+
+/// One cell (the same on every replica; replica 0's shard, the largest, is simulated).
+struct CellPrediction {
+  int first_layer = 0;
+  int layers = 0;
+  double busy_s = 0;            ///< compute: ops + optimizer
+  double idle_s = 0;            ///< step - busy - reduce_exposed
+  double reduce_exposed_s = 0;  ///< gradient all-reduce not hidden behind backward
+  int peak_micro_batches = 0;   ///< micro-batches in flight: the buffer plan's micro_batch slots
+  std::int64_t activation_bytes = 0;  ///< cell_activation_bytes (what Cell allocates and reports)
+  std::int64_t parameter_bytes = 0;   ///< parameters x sizeof(T)
+  /// Per rank: activations + parameters, gradients and optimizer state
+  /// (+ D x gradients for the deterministic reduction's gather buffer).
+  std::int64_t memory_bytes = 0;
+};
+
+struct Prediction {
+  int ranks = 0, replicas = 0, cells = 0, micro_batches = 0;
+  std::string schedule, remat, network;
+  std::int64_t batch_size = 0;      ///< global mini-batch N
+  std::int64_t micro_batch_rows = 0;  ///< largest micro-batch
+  double step_time_s = 0;
+  double samples_per_s = 0;         ///< N / step time
+  double bubble_fraction = 0;       ///< simulated, as the traces measure it
+  double bubble_analytical = 0;     ///< bubble_fraction(schedule, K, M), balanced cells
+  double imbalance = 0;             ///< max / mean of the cells' busy time
+  /// Bytes sent by all ranks in one step: pipeline boundaries (activation
+  /// and gradient of every sample at every boundary of every replica) and
+  /// the gradient all-reduce (a ring: 2 (D-1) x a cell's gradient bytes per
+  /// cell; deterministic: D (D-1) x).
+  std::int64_t pipeline_bytes = 0, allreduce_bytes = 0, comm_bytes = 0;
+  std::vector<CellPrediction> cells_detail;
+  StepTiming timing;
+  /// The largest memory_bytes over cells.
+  std::int64_t max_memory_bytes() const;
+};
+
+/// Predicts one training step of `deck` on `ranks` ranks: grid_shape, the
+/// partition (plan_run's; with pipeline.balance time, the min-max split of
+/// the predicted layer times, which is what the runner's measurement
+/// approximates), the schedule and buffer plan, op times from
+/// options.costs at each micro-batch's rows, and simulate_step. Throws
+/// InputError as plan_run does (K not dividing R, more cells than layers,
+/// a shard smaller than M).
+Prediction predict(const Deck& deck, int ranks, const PredictOptions& options);
+
+/// The StepInput predict() simulates (exposed for tests and tools).
+StepInput step_input(const Deck& deck, int ranks, const PredictOptions& options);
+
+}  // namespace gpipe

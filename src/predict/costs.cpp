@@ -1,0 +1,130 @@
+#include "gpipe/predict/costs.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "gpipe/core/error.hpp"
+
+namespace gpipe {
+
+double RateCurve::gflops(double rows) const {
+  if (points.empty()) throw std::logic_error("RateCurve: no points");
+  if (rows <= points.front().first) return points.front().second;
+  if (rows >= points.back().first) return points.back().second;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (rows <= points[i].first) {
+      const auto [r0, g0] = points[i - 1];
+      const auto [r1, g1] = points[i];
+      const double t = (std::log2(rows) - std::log2(r0)) / (std::log2(r1) - std::log2(r0));
+      return g0 + t * (g1 - g0);
+    }
+  return points.back().second;
+}
+
+RateCurve RateCurve::parse(const std::string& text, const std::string& field) {
+  const auto fail = [&] {
+    throw InputError(fmt::format("{}: expected a GFLOP/s number > 0 or ROWS:GFLOPS,... with rows "
+                                 "ascending and both > 0, got '{}'",
+                                 field, text));
+  };
+  const auto number = [&](const std::string& s) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      fail();
+    }
+    if (used != s.size() || !(v > 0) || !std::isfinite(v)) fail();
+    return v;
+  };
+  RateCurve curve;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      if (text.find(',') != std::string::npos) fail();
+      curve.points.push_back({1.0, number(item)});
+      continue;
+    }
+    const double rows = number(item.substr(0, colon)), rate = number(item.substr(colon + 1));
+    if (!curve.points.empty() && rows <= curve.points.back().first) fail();
+    curve.points.push_back({rows, rate});
+  }
+  if (curve.points.empty()) fail();
+  return curve;
+}
+
+std::string RateCurve::str() const {
+  std::string s;
+  for (const auto& [rows, rate] : points) s += fmt::format("{}{:g}:{:g}", s.empty() ? "" : ",", rows, rate);
+  return s;
+}
+
+RateCurve default_rate_curve() {
+  // Float Dense forward + backward GFLOP/s against micro-batch rows at
+  // 1024 x 1024 (the deep deck's layers), perf/gpipe_bench_dense on the
+  // development machine (docs/performance-model.md, "GEMM efficiency").
+  return RateCurve{{{1, 3.0}, {8, 14.0}, {32, 26.0}, {256, 29.0}}};
+}
+
+std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
+  std::vector<std::optional<SyntheticKeys>> out(deck.model.layers.size());
+  const YAML::Node layers = YAML::Load(deck.text)["model"]["layers"];
+  for (size_t i = 0; i < out.size() && i < layers.size(); ++i) {
+    const YAML::Node layer = layers[i];
+    if (!layer.IsMap() || !layer["type"] || layer["type"].as<std::string>() != "synthetic") continue;
+    const auto where = deck.model.layers[i].where;
+    const auto time = [&](const char* key, double fallback) {
+      if (!layer[key]) return fallback;
+      const double v = layer[key].as<double>();
+      if (!(v >= 0) || !std::isfinite(v))
+        throw InputError(fmt::format("{}: {}: expected a finite number >= 0 (microseconds per sample)", where, key));
+      return v;
+    };
+    if (!layer["forward_us"]) throw InputError(fmt::format("{}: forward_us: missing (synthetic layer)", where));
+    SyntheticKeys k;
+    k.forward_us = time("forward_us", 0);
+    k.backward_input_us = time("backward_input_us", k.forward_us);
+    k.backward_weights_us = time("backward_weights_us", k.forward_us);
+    k.params = layer["params"] ? layer["params"].as<std::int64_t>() : 0;
+    out[i] = k;
+  }
+  return out;
+}
+
+std::string CostSource::origin(const LayerShape& layer, std::int64_t rows) const {
+  const auto l = size_t(layer.index);
+  if (l < synthetic.size() && synthetic[l]) return "synthetic";
+  if (measured.count({int(layer.index), rows})) return "measured";
+  return "flops";
+}
+
+LayerSeconds CostSource::seconds(const LayerShape& layer, std::int64_t rows) const {
+  const auto l = size_t(layer.index);
+  if (l < synthetic.size() && synthetic[l]) {
+    const auto& k = *synthetic[l];
+    const double r = double(rows) * 1e-6;
+    return {k.forward_us * r, k.backward_input_us * r, k.backward_weights_us * r};
+  }
+  const auto hit = measured.find({int(layer.index), rows});
+  if (hit != measured.end()) return hit->second;
+  const double per_s = rate.gflops(double(rows)) * 1e9;
+  const bool first = layer.index == 0;
+  const double without_input = layer.flops(rows, false);
+  const double input = first ? 0.0 : layer.flops(rows, true) - without_input;
+  LayerSeconds s;
+  if (layer.parameter_count() > 0) {
+    s.forward = s.backward_weights = 0.5 * without_input / per_s;
+  } else {
+    s.forward = without_input / per_s;
+  }
+  s.backward_input = input / per_s;
+  return s;
+}
+
+}  // namespace gpipe
