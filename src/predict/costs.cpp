@@ -1,13 +1,13 @@
 #include "gpipe/predict/costs.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/layers/synthetic.hpp"
 
 namespace gpipe {
 
@@ -74,25 +74,11 @@ RateCurve default_rate_curve() {
 
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
   std::vector<std::optional<SyntheticKeys>> out(deck.model.layers.size());
-  const YAML::Node layers = YAML::Load(deck.text)["model"]["layers"];
-  for (size_t i = 0; i < out.size() && i < layers.size(); ++i) {
-    const YAML::Node layer = layers[i];
-    if (!layer.IsMap() || !layer["type"] || layer["type"].as<std::string>() != "synthetic") continue;
-    const auto where = deck.model.layers[i].where;
-    const auto time = [&](const char* key, double fallback) {
-      if (!layer[key]) return fallback;
-      const double v = layer[key].as<double>();
-      if (!(v >= 0) || !std::isfinite(v))
-        throw InputError(fmt::format("{}: {}: expected a finite number >= 0 (microseconds per sample)", where, key));
-      return v;
-    };
-    if (!layer["forward_us"]) throw InputError(fmt::format("{}: forward_us: missing (synthetic layer)", where));
-    SyntheticKeys k;
-    k.forward_us = time("forward_us", 0);
-    k.backward_input_us = time("backward_input_us", k.forward_us);
-    k.backward_weights_us = time("backward_weights_us", k.forward_us);
-    k.params = layer["params"] ? layer["params"].as<std::int64_t>() : 0;
-    out[i] = k;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const LayerSpec& spec = deck.model.layers[i];
+    if (spec.type != "synthetic") continue;
+    const auto& c = spec.as<SyntheticConfig>();  // validated by the registry entry's parser
+    out[i] = SyntheticKeys{c.forward_us, c.backward_input_us, c.backward_weights_us, c.params};
   }
   return out;
 }

@@ -265,6 +265,39 @@ TEST(Predict, SweepCoversValidGridsAndPicksTheFastestThatFits) {
   EXPECT_EQ(none.best, -1);
 }
 
+TEST(Predict, SyntheticDeckIsExact) {
+  // 4 synthetic layers of 10 us per sample for F, I and W; N = 64 in M = 8
+  // micro-batches of 8 rows on K = 4 cells, no communication cost, an
+  // optimizer of no cost: each cell runs F = 80 us and B = 160 us per
+  // micro-batch, so the step is (M + K - 1) x 240 us = 2.64 ms.
+  const Deck deck = parse_deck(R"(model:
+  input: 4
+  layers:
+    - {type: synthetic, units: 8, forward_us: 10, params: 100}
+    - {type: synthetic, units: 8, forward_us: 10, backward_input_us: 10, backward_weights_us: 10}
+    - {type: synthetic, units: 8, forward_us: 10}
+    - {type: synthetic, units: 2, forward_us: 10}
+data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}
+training: {epochs: 1, batch_size: 64, micro_batches: 8}
+pipeline: {balance: [1, 1, 1, 1]}
+)",
+                               "deck.yaml");
+  const auto keys = synthetic_layers(deck);
+  ASSERT_EQ(keys.size(), 4u);
+  ASSERT_TRUE(keys[0]);
+  EXPECT_EQ(keys[0]->backward_weights_us, 10);  // defaults to forward_us
+  EXPECT_EQ(keys[0]->params, 100);
+  PredictOptions options;
+  options.costs.synthetic = keys;
+  options.network.p2p = options.network.allreduce = LinkModel{};
+  options.optimizer_bytes_per_s = 1e300;
+  const Prediction p = predict(deck, 4, options);
+  EXPECT_NEAR(p.step_time_s, 11 * 240e-6, 1e-15);
+  EXPECT_NEAR(p.bubble_fraction, 3.0 / 11.0, 1e-12);
+  EXPECT_NEAR(p.cells_detail[2].busy_s, 8 * 240e-6, 1e-15);
+  EXPECT_EQ(p.cells_detail[0].parameter_bytes, 400);
+}
+
 TEST(Predict, UnknownLinkPreset) {
   try {
     network_preset("ethernet");

@@ -55,9 +55,8 @@ struct SyntheticKeys {
 };
 
 /// [layer]: the keys of every `type: synthetic` layer of the deck's
-/// model.layers, read from the deck's YAML after overrides (deck.text);
-/// absent for other types. Throws InputError for a synthetic layer without
-/// forward_us or with a negative time.
+/// model.layers (layers/synthetic.hpp's SyntheticConfig, as the registry
+/// parsed them); absent for other types.
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck);
 
 /// Measured seconds per (layer index, micro-batch rows), from a calibration
