@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# gpipe-plan from the command line: the --json object's keys and values
+# (configuration echoed, one entry per cell, comm_bytes the sum of its parts),
+# the table, --sweep --json marking a best row, and a bad option or deck as
+# "gpipe-plan: error: ..." with exit status 2. No MPI, no Kokkos.
+# Usage: plan_cli.sh gpipe-plan INPUTS PYTHON3
+set -u
+plan=$1 inputs=$2 python=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0 passed=0
+fail() { echo "FAIL $1"; failures=$((failures + 1)); }
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+
+# --json: one object with the contract's keys (docs/performance-model.md).
+if "$plan" "$inputs/deep_mlp.yaml" --ranks 8 --set parallel.cells=4 --link hdr200 --json >"$tmp/p.json" 2>"$tmp/err" &&
+   "$python" - "$tmp/p.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for key in ["step_time_s", "samples_per_s", "bubble_fraction", "cells", "comm_bytes", "replicas",
+            "cells_count", "micro_batches", "schedule", "ranks", "pipeline_bytes", "allreduce_bytes"]:
+    assert key in p, key
+assert p["replicas"] == 2 and p["cells_count"] == 4 and p["micro_batches"] == 8, p
+assert p["schedule"] == "fill_drain" and p["network"] == "hdr200", p
+assert len(p["cells"]) == 4
+for c in p["cells"]:
+    for key in ["activation_bytes", "parameter_bytes", "busy_s", "memory_bytes", "peak_micro_batches"]:
+        assert key in c, key
+assert p["comm_bytes"] == p["pipeline_bytes"] + p["allreduce_bytes"]
+assert abs(p["samples_per_s"] * p["step_time_s"] - 256) < 1e-6
+assert 0 < p["bubble_fraction"] < 1
+PY
+then ok json; else fail json; cat "$tmp/err"; fi
+
+# The table names the configuration and labels the numbers as predictions.
+if "$plan" "$inputs/deep_mlp.yaml" --ranks 2 >"$tmp/out" 2>&1 &&
+   grep -q "predicted (not measured) on 2 ranks = 1 replicas (D) x 2 cells (K)" "$tmp/out" &&
+   grep -q "samples/s, bubble" "$tmp/out"; then ok table; else fail table; cat "$tmp/out"; fi
+
+# --sweep --json: rows and the index of the best.
+if "$plan" "$inputs/deep_mlp.yaml" --ranks 4 --sweep --json >"$tmp/s.json" 2>"$tmp/err" &&
+   "$python" - "$tmp/s.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+rows = s["rows"]
+assert s["best"] >= 0 and rows
+best = rows[s["best"]]["samples_per_s"]
+assert all(r["samples_per_s"] <= best for r in rows)
+assert {r["cells_count"] for r in rows} == {1, 2, 4}
+PY
+then ok sweep; else fail sweep; cat "$tmp/err"; fi
+
+# Bad input: exit 2 and one line naming the problem.
+"$plan" "$inputs/deep_mlp.yaml" --ranks 4 --link ethernet >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && grep -qx "gpipe-plan: error: --link: expected one of shm, 10GbE, hdr200, got 'ethernet'" "$tmp/err"
+then ok bad_link; else fail "bad_link (status $rc)"; cat "$tmp/err"; fi
+"$plan" "$inputs/deep_mlp.yaml" --ranks 3 --set parallel.cells=2 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "^gpipe-plan: error: .*parallel.cells" "$tmp/err"
+then ok bad_grid; else fail "bad_grid (status $rc)"; cat "$tmp/err"; fi
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]
