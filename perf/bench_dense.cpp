@@ -63,7 +63,33 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
+// Dense forward + backward of the deep deck's 1024 x 1024 layer against the
+// micro-batch rows: the GEMM-efficiency curve of the performance model
+// (gpipe-plan --gflops, docs/performance-model.md). GFLOP/s counts the
+// layer's three gemms, 6 n in out.
+void DenseStepRows(benchmark::State& state) {
+  const std::int64_t n = state.range(0), in = 1024, out = 1024;
+  const auto spec = gpipe::parse_layer("{type: dense, units: 1024}");
+  gpipe::Dense<T> layer(gpipe::layer_shape(spec, gpipe::Shape{in}, 1));
+  gpipe::Vector<T> p("p", layer.parameter_count()), g("g", layer.parameter_count());
+  layer.bind(p.data(), g.data());
+  layer.initialize(1);
+  Matrix<T> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
+  Kokkos::deep_copy(x, 0.5f);
+  Kokkos::deep_copy(dy, 0.1f);
+  gpipe::bench::timed(state, [&] {
+    layer.forward({}, x, y);
+    layer.backward({}, x, dy, dx);
+  });
+  state.counters["GFLOP/s"] = gpipe::bench::rate(state, 6.0 * double(n * in * out) * 1e-9);
+}
+
 BENCHMARK(RawGemm)->Apply(Shapes);
+BENCHMARK(DenseStepRows)
+    ->RangeMultiplier(2)
+    ->Range(1, 512)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(DenseLayer, false)->Name("DenseForward")->Apply(Shapes);
 BENCHMARK_TEMPLATE(DenseLayer, true)->Name("DenseBackward")->Apply(Shapes);
 

@@ -66,10 +66,12 @@ std::string RateCurve::str() const {
 }
 
 RateCurve default_rate_curve() {
-  // Float Dense forward + backward GFLOP/s against micro-batch rows at
-  // 1024 x 1024 (the deep deck's layers), perf/gpipe_bench_dense on the
-  // development machine (docs/performance-model.md, "GEMM efficiency").
-  return RateCurve{{{1, 3.0}, {8, 14.0}, {32, 26.0}, {256, 29.0}}};
+  // Float Dense forward + backward GFLOP/s of a 1024 x 1024 layer against
+  // micro-batch rows, perf/gpipe_bench_dense DenseStepRows on the
+  // development machine, 2026-11-30, measured while other builds ran at
+  // nice 19 (docs/performance-model.md, "GEMM efficiency").
+  return RateCurve{{{1, 3.49}, {2, 6.49}, {4, 11.1}, {8, 20.5}, {16, 37.4}, {32, 38.1}, {64, 48.2},
+                    {128, 55.2}, {256, 59.7}, {512, 60.0}}};
 }
 
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
