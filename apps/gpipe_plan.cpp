@@ -10,17 +10,27 @@
 
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/runtime.hpp"
+#include "gpipe/io/costs_file.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/model/cost.hpp"
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/parallel/grid.hpp"
+#include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/train/plan.hpp"
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/sweep.hpp"
 
 namespace {
 
 constexpr int kExitInputError = 2;
+constexpr int kExitRuntimeError = 1;
 
 struct Options {
   std::string deck;
@@ -32,7 +42,51 @@ struct Options {
   std::optional<double> latency_us, bandwidth_gbytes, allreduce_gbytes;
   std::string gflops;
   double memory_gib = 0;
+  std::string calibrate;  // write measured layer costs here (starts MPI and Kokkos)
+  std::string costs;      // read measured layer costs from here
 };
+
+// Micro-batch rows the prediction (or, with --sweep, every configuration of
+// the sweep) runs: both sizes of split_batch over the largest shard.
+std::set<std::int64_t> needed_rows(const gpipe::Deck& deck, int ranks, bool sweep) {
+  std::set<std::int64_t> rows;
+  const auto add = [&](std::int64_t shard, std::int64_t M) {
+    for (const auto& mb : gpipe::split_batch(shard, int(M))) rows.insert(mb.size);
+  };
+  if (!sweep) {
+    const auto grid = gpipe::grid_shape(deck, ranks);
+    add(gpipe::largest_shard(deck, grid.replicas), deck.training.micro_batches);
+    return rows;
+  }
+  for (int K = 1; K <= ranks; ++K) {
+    if (ranks % K != 0 || ranks / K > deck.training.batch_size) continue;
+    const std::int64_t shard = gpipe::largest_shard(deck, ranks / K);
+    for (std::int64_t M = 1; M <= shard; M *= 2) add(shard, M);
+  }
+  return rows;
+}
+
+// --calibrate: times every layer's forward, input-gradient and
+// weight-gradient parts at every needed row count on this machine
+// (time_layer_parts) and writes them to o.calibrate.
+gpipe::CostsTable calibrate(const gpipe::Deck& deck, const std::set<std::int64_t>& rows, const Options& o) {
+  gpipe::CostsTable t;
+  t.deck = o.deck;
+  t.precision = deck.precision;
+  t.build = gpipe::build_description();
+  for (const auto& layer : deck.model.layers) t.layer_types.push_back(layer.type);
+  const auto L = std::int64_t(deck.model.layers.size());
+  for (const std::int64_t r : rows) {
+    if (!o.json) fmt::print(stderr, "gpipe-plan: timing {} layers at {} rows\n", L, r);
+    for (std::int64_t l = 0; l < L; ++l) {
+      const gpipe::LayerSeconds s = deck.precision == "double" ? gpipe::time_layer_parts<double>(deck.model, l, r)
+                                                               : gpipe::time_layer_parts<float>(deck.model, l, r);
+      t.rows.push_back({l, r, s.forward, s.backward_input, s.backward_weights});
+    }
+  }
+  gpipe::write_costs_file(o.calibrate, t);
+  return t;
+}
 
 gpipe::Network network_of(const Options& o, const gpipe::Deck& deck) {
   gpipe::Network n;
@@ -163,14 +217,33 @@ int main(int argc, char** argv) {
   app.add_option("--gflops", o.gflops,
                  "GEMM rate for layers costed by FLOPs: GFLOP/s, or ROWS:GFLOPS,... against micro-batch "
                  "rows (default: this machine's measured curve)");
+  auto* calibrate_option = app.add_option(
+      "--calibrate", o.calibrate,
+      "Time every layer (forward, input gradient, weight gradient) on this machine at the micro-batch "
+      "rows the prediction (or --sweep) needs, save them to this HDF5 file and predict with them; "
+      "starts MPI and Kokkos");
+  app.add_option("--costs", o.costs, "Predict with the layer times of a --calibrate file")
+      ->excludes(calibrate_option);
+  app.allow_extras();  // --kokkos-* options, with --calibrate
   try {
     app.parse(argc, argv);
+    for (const auto& extra : app.remaining())
+      if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitInputError;
   }
+  std::unique_ptr<gpipe::Runtime> runtime;
   try {
     const gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
     gpipe::PredictOptions options;
+    if (!o.calibrate.empty()) {
+      const auto rows = needed_rows(deck, o.ranks, o.sweep);  // deck errors before MPI starts
+      runtime = gpipe::app::start_runtime("gpipe-plan", argc, argv);
+      if (!runtime) return kExitRuntimeError;
+      options.costs.measured = gpipe::measured_costs(calibrate(deck, rows, o), deck, o.calibrate);
+    }
+    if (!o.costs.empty())
+      options.costs.measured = gpipe::measured_costs(gpipe::read_costs_file(o.costs), deck, o.costs);
     options.network = network_of(o, deck);
     options.costs.synthetic = gpipe::synthetic_layers(deck);
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -85,10 +86,54 @@ std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
   return out;
 }
 
+MeasuredCosts measured_costs(const CostsTable& table, const Deck& deck, const std::string& path) {
+  std::vector<std::string> types;
+  for (const auto& layer : deck.model.layers) types.push_back(layer.type);
+  if (table.layer_types != types)
+    throw InputError(fmt::format("{}: measured for another model ({} layers from {}), not {}'s {} layers", path,
+                                 table.layer_types.size(), table.deck, deck.path, types.size()));
+  if (table.precision != deck.precision)
+    throw InputError(fmt::format("{}: measured in precision {}, the deck runs {}", path, table.precision,
+                                 deck.precision));
+  MeasuredCosts out;
+  for (const auto& r : table.rows)
+    out[{int(r.layer), r.rows}] = {r.forward_s, r.backward_input_s, r.backward_weights_s};
+  return out;
+}
+
+namespace {
+
+LayerSeconds scaled(const LayerSeconds& s, double f) {
+  return {s.forward * f, s.backward_input * f, s.backward_weights * f};
+}
+
+// Measured seconds of `layer` at `rows`: exact, linear between the nearest
+// measured rows, or the nearest scaled by rows / its rows outside them.
+std::optional<LayerSeconds> measured_at(const MeasuredCosts& m, int layer, std::int64_t rows) {
+  const auto hi = m.lower_bound({layer, rows});
+  const bool has_hi = hi != m.end() && hi->first.first == layer;
+  if (has_hi && hi->first.second == rows) return hi->second;
+  const bool has_lo = hi != m.begin() && std::prev(hi)->first.first == layer;
+  if (!has_hi && !has_lo) return std::nullopt;
+  if (has_hi && has_lo) {
+    const auto lo = std::prev(hi);
+    const double r0 = double(lo->first.second), r1 = double(hi->first.second);
+    const double t = (double(rows) - r0) / (r1 - r0);
+    const auto a = lo->second, b = hi->second;
+    return LayerSeconds{a.forward + t * (b.forward - a.forward),
+                        a.backward_input + t * (b.backward_input - a.backward_input),
+                        a.backward_weights + t * (b.backward_weights - a.backward_weights)};
+  }
+  const auto& near = has_hi ? *hi : *std::prev(hi);
+  return scaled(near.second, double(rows) / double(near.first.second));
+}
+
+}  // namespace
+
 std::string CostSource::origin(const LayerShape& layer, std::int64_t rows) const {
   const auto l = size_t(layer.index);
   if (l < synthetic.size() && synthetic[l]) return "synthetic";
-  if (measured.count({int(layer.index), rows})) return "measured";
+  if (measured_at(measured, int(layer.index), rows)) return "measured";
   return "flops";
 }
 
@@ -99,8 +144,7 @@ LayerSeconds CostSource::seconds(const LayerShape& layer, std::int64_t rows) con
     const double r = double(rows) * 1e-6;
     return {k.forward_us * r, k.backward_input_us * r, k.backward_weights_us * r};
   }
-  const auto hit = measured.find({int(layer.index), rows});
-  if (hit != measured.end()) return hit->second;
+  if (const auto m = measured_at(measured, int(layer.index), rows)) return *m;
   const double per_s = rate.gflops(double(rows)) * 1e9;
   const bool first = layer.index == 0;
   const double without_input = layer.flops(rows, false);

@@ -50,6 +50,17 @@ assert {r["cells_count"] for r in rows} == {1, 2, 4}
 PY
 then ok sweep; else fail sweep; cat "$tmp/err"; fi
 
+# --calibrate times the layers (MPI and Kokkos start) and writes the costs
+# file; --costs reuses it and predicts exactly the same step.
+if "$plan" "$inputs/fashion_mnist_mlp.yaml" --ranks 2 --calibrate "$tmp/costs.h5" --json >"$tmp/c1.json" 2>"$tmp/err" &&
+   "$plan" "$inputs/fashion_mnist_mlp.yaml" --ranks 2 --costs "$tmp/costs.h5" --json >"$tmp/c2.json" 2>>"$tmp/err" &&
+   cmp -s "$tmp/c1.json" "$tmp/c2.json" && ! cmp -s "$tmp/c1.json" <("$plan" "$inputs/fashion_mnist_mlp.yaml" --ranks 2 --json)
+then ok calibrate; else fail calibrate; cat "$tmp/err"; fi
+"$plan" "$inputs/deep_mlp.yaml" --ranks 2 --costs "$tmp/costs.h5" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q "^gpipe-plan: error: $tmp/costs.h5: measured for another model" "$tmp/err"
+then ok costs_mismatch; else fail "costs_mismatch (status $rc)"; cat "$tmp/err"; fi
+
 # Bad input: exit 2 and one line naming the problem.
 "$plan" "$inputs/deep_mlp.yaml" --ranks 4 --link ethernet >"$tmp/out" 2>"$tmp/err"
 rc=$?

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/io/costs_file.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/buffer_plan.hpp"
@@ -296,6 +298,46 @@ pipeline: {balance: [1, 1, 1, 1]}
   EXPECT_NEAR(p.bubble_fraction, 3.0 / 11.0, 1e-12);
   EXPECT_NEAR(p.cells_detail[2].busy_s, 8 * 240e-6, 1e-15);
   EXPECT_EQ(p.cells_detail[0].parameter_bytes, 400);
+}
+
+TEST(Costs, CalibrationFileRoundTripAndInterpolation) {
+  const Deck deck = parse_deck(kDeck, "deck.yaml");
+  CostsTable t;
+  t.deck = "deck.yaml";
+  t.precision = "float";
+  t.build = "test";
+  for (const auto& layer : deck.model.layers) t.layer_types.push_back(layer.type);
+  t.rows = {{2, 4, 1.0, 2.0, 3.0}, {2, 8, 3.0, 4.0, 5.0}};
+  const std::string path = ::testing::TempDir() + "gpipe_costs_test.h5";
+  write_costs_file(path, t);
+  const CostsTable back = read_costs_file(path);
+  EXPECT_EQ(back.layer_types, t.layer_types);
+  ASSERT_EQ(back.rows.size(), 2u);
+  EXPECT_EQ(back.rows[1].rows, 8);
+  EXPECT_EQ(back.rows[1].backward_weights_s, 5.0);
+  CostSource costs;
+  costs.measured = measured_costs(back, deck, path);
+  const auto shapes = model_shapes(deck.model);
+  EXPECT_EQ(costs.seconds(shapes[2], 8).forward, 3.0);                   // measured
+  EXPECT_DOUBLE_EQ(costs.seconds(shapes[2], 6).backward_input, 3.0);     // halfway between 4 and 8 rows
+  EXPECT_DOUBLE_EQ(costs.seconds(shapes[2], 16).backward_weights, 10.0);  // 5 s x 16 / 8 rows
+  EXPECT_DOUBLE_EQ(costs.seconds(shapes[2], 2).forward, 0.5);             // 1 s x 2 / 4 rows
+  EXPECT_EQ(costs.origin(shapes[0], 8), "flops");                        // layer 0 not measured
+  std::remove(path.c_str());
+
+  t.layer_types.pop_back();
+  try {
+    measured_costs(t, deck, "c.h5");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "c.h5: measured for another model (6 layers from deck.yaml), not deck.yaml's 7 layers");
+  }
+  try {
+    read_costs_file(::testing::TempDir() + "no_such_costs.h5");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open (missing or not HDF5)"), std::string::npos);
+  }
 }
 
 TEST(Predict, UnknownLinkPreset) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpipe/layers/factory.hpp"
+#include "gpipe/model/layer_seconds.hpp"
 
 namespace gpipe {
 
@@ -30,5 +31,14 @@ std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
 /// warm-up, fenced. Allocates the layer and its buffers. Not collective.
 template <class T>
 double time_layer(const ModelSpec& model, std::int64_t index, std::int64_t batch);
+
+/// Seconds of layer `index`'s forward, and of its backward split as the
+/// runner runs it: backward_input and backward_weights for a layer that
+/// splits (Layer::splits_backward), else the fused backward in
+/// backward_input. Each part is the mean of 3 repetitions after one
+/// warm-up, fenced; the model's first layer computes no input gradient.
+/// For gpipe-plan --calibrate. Not collective.
+template <class T>
+LayerSeconds time_layer_parts(const ModelSpec& model, std::int64_t index, std::int64_t batch);
 
 }  // namespace gpipe

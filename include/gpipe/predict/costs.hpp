@@ -11,19 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "gpipe/io/costs_file.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/model/layer_seconds.hpp"
 #include "gpipe/model/shapes.hpp"
 
 namespace gpipe {
-
-/// Seconds of one layer's forward, input-gradient (B of a split backward)
-/// and weight-gradient (W) parts for one micro-batch; the fused backward
-/// takes backward_input + backward_weights.
-struct LayerSeconds {
-  double forward = 0;
-  double backward_input = 0;
-  double backward_weights = 0;
-};
 
 /// GFLOP/s as a function of micro-batch rows (small micro-batches run GEMMs
 /// slower): points (rows, GFLOP/s) with rows ascending, interpolated linearly
@@ -60,12 +53,18 @@ struct SyntheticKeys {
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck);
 
 /// Measured seconds per (layer index, micro-batch rows), from a calibration
-/// file (predict/calibration.hpp).
+/// file (io/costs_file.hpp).
 using MeasuredCosts = std::map<std::pair<int, std::int64_t>, LayerSeconds>;
 
+/// The measured costs of `table` (read from `path`) for `deck`. Throws
+/// InputError naming `path` when the table's layer types or precision are
+/// not the deck's.
+MeasuredCosts measured_costs(const CostsTable& table, const Deck& deck, const std::string& path);
+
 /// Where gpipe-plan takes each layer's times from, in this order: its
-/// synthetic keys (exact: rows x microseconds per sample), a measured entry
-/// for (layer, rows), else FLOPs / rate(rows).
+/// synthetic keys (exact: rows x microseconds per sample), measured entries
+/// of the layer (at `rows`; linear between the nearest measured rows; the
+/// nearest scaled by the rows ratio outside them), else FLOPs / rate(rows).
 struct CostSource {
   std::vector<std::optional<SyntheticKeys>> synthetic;  ///< [layer] (may be shorter: none)
   MeasuredCosts measured;
