@@ -68,11 +68,11 @@ std::string RateCurve::str() const {
 
 RateCurve default_rate_curve() {
   // Float Dense forward + backward GFLOP/s of a 1024 x 1024 layer against
-  // micro-batch rows, perf/gpipe_bench_dense DenseStepRows on the
-  // development machine, 2026-11-30, measured while other builds ran at
-  // nice 19 (docs/performance-model.md, "GEMM efficiency").
-  return RateCurve{{{1, 3.49}, {2, 6.49}, {4, 11.1}, {8, 20.5}, {16, 37.4}, {32, 38.1}, {64, 48.2},
-                    {128, 55.2}, {256, 59.7}, {512, 60.0}}};
+  // micro-batch rows, perf/gpipe_bench_dense DenseStepRows (median of 3
+  // repetitions) on the development machine, 2026-11-30, measured while other
+  // builds ran at nice 19 (docs/performance-model.md, "GEMM efficiency").
+  return RateCurve{{{1, 2.64}, {2, 6.48}, {4, 18.4}, {8, 24.1}, {16, 31.0}, {32, 37.6}, {64, 50.8},
+                    {128, 54.2}, {256, 65.9}, {512, 67.5}}};
 }
 
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
