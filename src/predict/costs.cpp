@@ -151,7 +151,13 @@ LayerSeconds CostSource::seconds(const LayerShape& layer, std::int64_t rows) con
   const double input = first ? 0.0 : layer.flops(rows, true) - without_input;
   LayerSeconds s;
   if (layer.parameter_count() > 0) {
-    s.forward = s.backward_weights = 0.5 * without_input / per_s;
+    // A third of forward + backward with the input gradient (a GEMM
+    // layer's 2 : 4, whether or not this layer computes its input
+    // gradient), the rest of the FLOPs without the input gradient to W. A composite layer (a
+    // transformer block) counts its parts' input gradients as its own W
+    // here; it does not split, so only I + W matters for it.
+    s.forward = std::min(without_input, layer.flops(rows, true) / 3.0) / per_s;
+    s.backward_weights = without_input / per_s - s.forward;
   } else {
     s.forward = without_input / per_s;
   }

@@ -187,13 +187,15 @@ TEST(Costs, FlopsSplitAndSyntheticKeys) {
   const LayerSeconds s = costs.seconds(dense, 2);
   // Dense, n = 2, 3 -> 4 (LayerEntry::flops: 4 n in out + 2 n out = 112
   // without the input gradient, 6 n in out + 2 n out = 160 with it):
-  // forward = weights = 112 / 2 = 56 (2 n in out + n out each), input gradient 160 - 112 = 48.
-  EXPECT_DOUBLE_EQ(s.forward, 56);
-  EXPECT_DOUBLE_EQ(s.backward_weights, 56);
+  // forward = 160 / 3, weights = 112 - 160 / 3, input gradient 160 - 112 = 48.
+  EXPECT_DOUBLE_EQ(s.forward, 160.0 / 3);
+  EXPECT_DOUBLE_EQ(s.backward_weights, 112 - 160.0 / 3);
   EXPECT_DOUBLE_EQ(s.backward_input, 48);
   EXPECT_EQ(costs.origin(dense, 2), "flops");
-  // The model's first layer computes no input gradient.
-  EXPECT_DOUBLE_EQ(costs.seconds(layer_shape(parse_layer("{type: dense, units: 4}"), Shape{3}, 0), 2).backward_input, 0);
+  // The model's first layer computes no input gradient; its forward is the same.
+  const LayerSeconds first = costs.seconds(layer_shape(parse_layer("{type: dense, units: 4}"), Shape{3}, 0), 2);
+  EXPECT_DOUBLE_EQ(first.backward_input, 0);
+  EXPECT_DOUBLE_EQ(first.forward, 160.0 / 3);
   costs.synthetic.resize(2);
   costs.synthetic[1] = SyntheticKeys{100, 50, 25, 0};
   const LayerSeconds y = costs.seconds(dense, 8);  // 8 rows x microseconds per sample

@@ -71,10 +71,10 @@ struct CostSource {
   RateCurve rate = default_rate_curve();
 
   /// Times of `layer` (from model_shapes) for a micro-batch of `rows`.
-  /// FLOPs split: forward = weight gradient = half of the FLOPs without the
-  /// input gradient for a layer with parameters (a GEMM each, as Dense),
-  /// the whole of them for one without; the input gradient is the rest
-  /// (0 for the model's first layer, which computes none).
+  /// FLOPs split (f1 = FLOPs with the input gradient, f0 = without): I =
+  /// f1 - f0 (0 for the model's first layer, which computes none); for a
+  /// layer with parameters F = f1 / 3 (a GEMM layer's forward : backward
+  /// = 2 : 4) and W = f0 - F; for one without, F = f0, W = 0.
   LayerSeconds seconds(const LayerShape& layer, std::int64_t rows) const;
   /// "synthetic", "measured" or "flops" for `layer` at `rows`.
   std::string origin(const LayerShape& layer, std::int64_t rows) const;
