@@ -42,6 +42,7 @@ struct Options {
   std::optional<double> latency_us, bandwidth_gbytes, allreduce_gbytes;
   std::string gflops;
   double memory_gib = 0;
+  double optimizer_gbytes = 0;
   std::string calibrate;  // write measured layer costs here (starts MPI and Kokkos)
   std::string costs;      // read measured layer costs from here
 };
@@ -217,6 +218,10 @@ int main(int argc, char** argv) {
   app.add_option("--gflops", o.gflops,
                  "GEMM rate for layers costed by FLOPs: GFLOP/s, or ROWS:GFLOPS,... against micro-batch "
                  "rows (default: this machine's measured curve)");
+  app.add_option("--optimizer-GBps", o.optimizer_gbytes,
+                 "Optimizer step rate, GB/s of the arrays it reads and writes (default: this machine's "
+                 "measured rate: SGD 34, Adam 5)")
+      ->check(CLI::PositiveNumber);
   auto* calibrate_option = app.add_option(
       "--calibrate", o.calibrate,
       "Time every layer (forward, input gradient, weight gradient) on this machine at the micro-batch "
@@ -245,6 +250,7 @@ int main(int argc, char** argv) {
     if (!o.costs.empty())
       options.costs.measured = gpipe::measured_costs(gpipe::read_costs_file(o.costs), deck, o.costs);
     options.network = network_of(o, deck);
+    options.optimizer_bytes_per_s = o.optimizer_gbytes * 1e9;
     options.costs.synthetic = gpipe::synthetic_layers(deck);
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
     if (o.sweep) {

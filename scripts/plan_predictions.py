@@ -6,8 +6,8 @@
 
 scaling: for R = 16 ... 4096 ranks, the deep deck (ranks = cores of this
 machine: its measured GEMM-rate curve, N = 32 R, 4 GiB per rank) and
-inputs/large_transformer_plan.yaml (ranks = GPUs at an assumed 100 TFLOP/s,
-N = 1024 sequences, 80 GiB per rank), on 10GbE and hdr200: the best
+inputs/large_transformer_plan.yaml (ranks = GPUs at an assumed 100 TFLOP/s
+and an Adam step at 2000 GB/s, N = 1024 sequences, 80 GiB per rank), on 10GbE and hdr200: the best
 (D, K, M, schedule) by samples/s within the memory per rank.
 
 best-m: the deep deck on one pipeline (D = 1) of K = 1, 2, 4, 8, 16 cells
@@ -37,7 +37,7 @@ def scaling(plan):
     cases = [
         ("deep_mlp", "inputs/deep_mlp.yaml", lambda r: [f"training.batch_size={32 * r}"], ["--memory-GiB", "4"]),
         ("large_transformer", "inputs/large_transformer_plan.yaml", lambda r: ["training.batch_size=1024"],
-         ["--memory-GiB", "80", "--gflops", "100000"]),
+         ["--memory-GiB", "80", "--gflops", "100000", "--optimizer-GBps", "2000"]),
     ]
     print("| deck | link | R | N | best D x K | M | schedule | samples/s | per rank | bubble | memory/rank GiB | "
           "all-reduce exposed s | step s |")

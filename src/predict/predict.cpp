@@ -42,6 +42,8 @@ std::int64_t Prediction::max_memory_bytes() const {
   return m;
 }
 
+double optimizer_rate(const OptimizerSpec& optimizer) { return optimizer.type == "sgd" ? 34e9 : 5.0e9; }
+
 namespace {
 
 std::int64_t scalar_bytes(const Deck& deck) { return deck.precision == "double" ? 8 : 4; }
@@ -181,8 +183,9 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
       for (const auto r : rows) bytes.push_back(r * width * scalar);
       in.boundary_bytes.push_back(bytes);
     }
-    in.optimizer_s.push_back(double(params * scalar * optimizer_arrays(deck.optimizer)) /
-                             options.optimizer_bytes_per_s);
+    const double rate =
+        options.optimizer_bytes_per_s > 0 ? options.optimizer_bytes_per_s : optimizer_rate(deck.optimizer);
+    in.optimizer_s.push_back(double(params * scalar * optimizer_arrays(deck.optimizer)) / rate);
     if (D > 1)
       in.buckets.push_back(cell_buckets(cell, in.schedule.ops[size_t(k)], options.costs, rows,
                                         deck.parallel.bucket_kib * 1024, scalar));

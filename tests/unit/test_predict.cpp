@@ -255,6 +255,10 @@ TEST(Predict, UsesTheLibrarysAccountingAndCountsTraffic) {
   EXPECT_EQ(p.comm_bytes, p.pipeline_bytes + p.allreduce_bytes);
   EXPECT_DOUBLE_EQ(p.samples_per_s, 64 / p.step_time_s);
   EXPECT_GT(p.bubble_fraction, 0);
+  // Adam: 7 float arrays per parameter at this machine's measured 5 GB/s.
+  const StepInput in = step_input(deck, 8, options);
+  EXPECT_DOUBLE_EQ(in.optimizer_s[3], double(p.cells_detail[3].parameter_bytes * 7) / 5e9);
+  EXPECT_EQ(in.buckets.size(), 4u);  // D = 2: one bucket list per cell
 }
 
 TEST(Predict, SweepCoversValidGridsAndPicksTheFastestThatFits) {

@@ -38,10 +38,18 @@ const std::vector<std::string>& network_presets();
 struct PredictOptions {
   CostSource costs;
   Network network = network_preset("shm");
-  /// Memory bandwidth of the optimizer step (bytes/s): SGD reads and
-  /// writes 3 (5 with momentum) arrays per parameter, Adam 7.
-  double optimizer_bytes_per_s = 10e9;
+  /// Rate of the optimizer step in bytes of the arrays it reads and writes
+  /// per second: SGD 3 arrays per parameter (5 with momentum), Adam and
+  /// AdamW 7. 0: this machine's measured rate for the deck's optimizer
+  /// (optimizer_rate).
+  double optimizer_bytes_per_s = 0;
 };
+
+/// The optimizer step's rate on the development machine, bytes of its
+/// arrays per second (perf/gpipe_bench_kernels Optimizer at 1M parameters,
+/// float, docs/performance-model.md): SGD 34e9 (memory-bound), Adam and
+/// AdamW 5.0e9 (their square root and division per element bound them).
+double optimizer_rate(const OptimizerSpec& optimizer);
 
 /// One cell (the same on every replica; replica 0's shard, the largest, is simulated).
 struct CellPrediction {
