@@ -32,22 +32,33 @@ void RawGemm(benchmark::State& state) {
   raw_gflops[{n, in, out}] = flops * 1e-9 * double(state.iterations()) / seconds;
 }
 
+// A Dense layer (model position `index`) with its parameters and (n, in),
+// (n, out) buffers.
+struct DenseBench {
+  gpipe::Dense<T> layer;
+  gpipe::Vector<T> p, g;
+  Matrix<T> x, y, dy, dx;
+  DenseBench(std::int64_t n, std::int64_t in, std::int64_t out, std::int64_t index)
+      : layer(gpipe::layer_shape(gpipe::parse_layer("{type: dense, units: " + std::to_string(out) + "}"),
+                                 gpipe::Shape{in}, index)),
+        p("p", layer.parameter_count()), g("g", layer.parameter_count()),
+        x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in) {
+    layer.bind(p.data(), g.data());
+    layer.initialize(1);
+    Kokkos::deep_copy(x, 0.5f);
+    Kokkos::deep_copy(dy, 0.1f);
+  }
+};
+
 template <bool Backward>
 void DenseLayer(benchmark::State& state) {
   const auto n = state.range(0), in = state.range(1), out = state.range(2);
-  const auto spec = gpipe::parse_layer("{type: dense, units: " + std::to_string(out) + "}");
-  gpipe::Dense<T> layer(gpipe::layer_shape(spec, gpipe::Shape{in}));
-  gpipe::Vector<T> p("p", layer.parameter_count()), g("g", layer.parameter_count());
-  layer.bind(p.data(), g.data());
-  layer.initialize(1);
-  Matrix<T> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
-  Kokkos::deep_copy(x, 0.5f);
-  Kokkos::deep_copy(dy, 0.1f);
+  DenseBench b(n, in, out, 0);
   const double seconds = gpipe::bench::timed(state, [&] {
     if (Backward)
-      layer.backward({}, x, dy, dx);
+      b.layer.backward({}, b.x, b.dy, b.dx);
     else
-      layer.forward({}, x, y);
+      b.layer.forward({}, b.x, b.y);
   });
   // Backward is two gemms of the forward's size.
   const double gemm_flops = (Backward ? 4.0 : 2.0) * n * in * out;
@@ -69,17 +80,10 @@ void Shapes(benchmark::internal::Benchmark* b) {
 // layer's three gemms, 6 n in out.
 void DenseStepRows(benchmark::State& state) {
   const std::int64_t n = state.range(0), in = 1024, out = 1024;
-  const auto spec = gpipe::parse_layer("{type: dense, units: 1024}");
-  gpipe::Dense<T> layer(gpipe::layer_shape(spec, gpipe::Shape{in}, 1));
-  gpipe::Vector<T> p("p", layer.parameter_count()), g("g", layer.parameter_count());
-  layer.bind(p.data(), g.data());
-  layer.initialize(1);
-  Matrix<T> x("x", n, in), y("y", n, out), dy("dy", n, out), dx("dx", n, in);
-  Kokkos::deep_copy(x, 0.5f);
-  Kokkos::deep_copy(dy, 0.1f);
+  DenseBench b(n, in, out, 1);  // not the model's first layer: with its input gradient
   gpipe::bench::timed(state, [&] {
-    layer.forward({}, x, y);
-    layer.backward({}, x, dy, dx);
+    b.layer.forward({}, b.x, b.y);
+    b.layer.backward({}, b.x, b.dy, b.dx);
   });
   state.counters["GFLOP/s"] = gpipe::bench::rate(state, 6.0 * double(n * in * out) * 1e-9);
 }

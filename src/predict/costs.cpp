@@ -68,11 +68,11 @@ std::string RateCurve::str() const {
 
 RateCurve default_rate_curve() {
   // Float Dense forward + backward GFLOP/s of a 1024 x 1024 layer against
-  // micro-batch rows, perf/gpipe_bench_dense DenseStepRows (median of 3
+  // micro-batch rows, perf/gpipe_bench_dense DenseStepRows (median of 5
   // repetitions) on the development machine, 2026-11-30, measured while other
   // builds ran at nice 19 (docs/performance-model.md, "GEMM efficiency").
-  return RateCurve{{{1, 2.64}, {2, 6.48}, {4, 18.4}, {8, 24.1}, {16, 31.0}, {32, 37.6}, {64, 50.8},
-                    {128, 54.2}, {256, 65.9}, {512, 67.5}}};
+  return RateCurve{{{1, 4.3}, {2, 8.4}, {4, 22.8}, {8, 32.5}, {16, 53.1}, {32, 49.8}, {64, 53.5},
+                    {128, 71.8}, {256, 72.6}, {512, 73.6}}};
 }
 
 std::vector<std::optional<SyntheticKeys>> synthetic_layers(const Deck& deck) {
