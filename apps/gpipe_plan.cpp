@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   app.add_option("--bandwidth-GBps", o.bandwidth_gbytes, "Point-to-point bandwidth, GB/s (10^9 bytes/s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--allreduce-GBps", o.allreduce_gbytes,
-                 "Ring all-reduce link bandwidth, GB/s (default: --bandwidth-GBps)")
+                 "Ring all-reduce link bandwidth, GB/s (default: the preset's, or --bandwidth-GBps when given)")
       ->check(CLI::PositiveNumber);
   app.add_option("--gflops", o.gflops,
                  "GEMM rate for layers costed by FLOPs: GFLOP/s, or ROWS:GFLOPS,... against micro-batch "
@@ -229,6 +229,7 @@ int main(int argc, char** argv) {
       "starts MPI and Kokkos");
   app.add_option("--costs", o.costs, "Predict with the layer times of a --calibrate file")
       ->excludes(calibrate_option);
+  app.set_version_flag("--version", [] { return gpipe::build_description(); });
   app.allow_extras();  // --kokkos-* options, with --calibrate
   try {
     app.parse(argc, argv);

@@ -32,6 +32,18 @@ assert 0 < p["bubble_fraction"] < 1
 PY
 then ok json; else fail json; cat "$tmp/err"; fi
 
+# The deck's emulated link (pipeline.link) is the default network; options override it.
+if "$plan" "$inputs/deep_mlp.yaml" --ranks 2 --set pipeline.link.latency_us=100 \
+     --set pipeline.link.bandwidth_gbps=1 --json >"$tmp/l.json" 2>"$tmp/err" &&
+   "$plan" "$inputs/deep_mlp.yaml" --ranks 2 --latency-us 100 --bandwidth-GBps 0.125 --json >"$tmp/c.json" 2>>"$tmp/err" &&
+   "$python" - "$tmp/l.json" "$tmp/c.json" <<'PY'
+import json, sys
+l, c = (json.load(open(p)) for p in sys.argv[1:3])
+assert l["network"] == "deck" and c["network"] == "custom", (l["network"], c["network"])
+assert l["step_time_s"] == c["step_time_s"], (l["step_time_s"], c["step_time_s"])
+PY
+then ok deck_link; else fail deck_link; cat "$tmp/err"; fi
+
 # The table names the configuration and labels the numbers as predictions.
 if "$plan" "$inputs/deep_mlp.yaml" --ranks 2 >"$tmp/out" 2>&1 &&
    grep -q "predicted (not measured) on 2 ranks = 1 replicas (D) x 2 cells (K)" "$tmp/out" &&
