@@ -33,7 +33,7 @@ void apply_mask(const PassContext& ctx, std::int64_t layer, double rate, ConstMa
 template <class T>
 void Dropout<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   if (!ctx.training || rate_ == 0.0) {
-    Kokkos::deep_copy(y, x);
+    Kokkos::deep_copy(ctx.space, y, x);
     return;
   }
   apply_mask<T>(ctx, this->index(), rate_, x, y, "gpipe::Dropout::forward");
@@ -44,7 +44,7 @@ void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T>
                           Matrix<T> dx, SavedView<T>) {
   if (dx.extent(0) == 0) return;
   if (rate_ == 0.0) {
-    Kokkos::deep_copy(dx, dy);
+    Kokkos::deep_copy(ctx.space, dx, dy);
     return;
   }
   apply_mask<T>(ctx, this->index(), rate_, dy, dx, "gpipe::Dropout::backward");

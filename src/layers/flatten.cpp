@@ -13,12 +13,12 @@ template <class T>
 class Flatten final : public Layer<T> {
  public:
   explicit Flatten(const LayerShape& shape) : Layer<T>(shape) {}
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
-    Kokkos::deep_copy(y, x);
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+    Kokkos::deep_copy(ctx.space, y, x);
   }
-  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
-    if (dx.extent(0) > 0) Kokkos::deep_copy(dx, dy);
+    if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
 };
 

@@ -124,7 +124,7 @@ class PosEmbed final : public Layer<T> {
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { y(i, e) = x(i, e) + w(e); });
   }
 
-  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
     const std::int64_t n = std::int64_t(dy.extent(0));
     auto dw = weight_grad_;
@@ -135,7 +135,7 @@ class PosEmbed final : public Layer<T> {
           for (std::int64_t i = 0; i < n; ++i) sum += dy(i, e);
           dw(e) += sum;
         });
-    if (dx.extent(0) > 0) Kokkos::deep_copy(dx, dy);
+    if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
 
  private:
