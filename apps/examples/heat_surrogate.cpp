@@ -108,7 +108,9 @@ int check(gpipe_status status, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // FUNNELED: what a threaded (OpenMP) Kokkos backend needs; gpipe_initialize checks it.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int steps = 1500;
   double max_error = 1.0;
   std::string deck = kDeck;

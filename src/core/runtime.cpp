@@ -3,8 +3,14 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <sstream>
+#include <string>
 #include <type_traits>
 
 #include "gpipe/config.hpp"
@@ -43,10 +49,54 @@ Runtime::Runtime(int& argc, char**& argv) {
   }
 }
 
+namespace {
+
+// Kokkos 4 reports some initialization errors (a malformed --kokkos-* value,
+// an unusable device) with Kokkos::abort, which prints its message and calls
+// std::abort(): no exception to turn into an agreed error. While
+// Kokkos::initialize runs, SIGABRT is caught instead: one line naming the
+// program and the rank, then exit status 1 (mpirun then ends the other ranks).
+// The text is formatted before the handler is installed (async-signal-safe).
+char abort_line[256];
+std::size_t abort_line_size = 0;
+
+extern "C" void kokkos_initialize_aborted(int) {
+  if (abort_line_size > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, abort_line, abort_line_size);
+    (void)written;
+  }
+  ::_exit(1);
+}
+
+class AbortDuringKokkosInitialize {
+ public:
+  AbortDuringKokkosInitialize(int argc, char** argv) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::string program = argc > 0 && argv && argv[0] ? argv[0] : "gpipe";
+    const auto slash = program.find_last_of('/');
+    if (slash != std::string::npos) program = program.substr(slash + 1);
+    const std::string line = program + ": error: Kokkos initialization failed on rank " + std::to_string(rank) +
+                             ": Kokkos aborted (its message is above)\n";
+    abort_line_size = std::min(line.size(), sizeof(abort_line));
+    std::memcpy(abort_line, line.data(), abort_line_size);
+    previous_ = std::signal(SIGABRT, kokkos_initialize_aborted);
+  }
+  ~AbortDuringKokkosInitialize() { std::signal(SIGABRT, previous_ == SIG_ERR ? SIG_DFL : previous_); }
+  AbortDuringKokkosInitialize(const AbortDuringKokkosInitialize&) = delete;
+  AbortDuringKokkosInitialize& operator=(const AbortDuringKokkosInitialize&) = delete;
+
+ private:
+  void (*previous_)(int) = SIG_DFL;
+};
+
+}  // namespace
+
 bool initialize_kokkos(int& argc, char**& argv) {
   int already = Kokkos::is_initialized() ? 1 : 0;
   std::string error;
   if (!already) {
+    const AbortDuringKokkosInitialize guard(argc, argv);
     try {
       Kokkos::initialize(argc, argv);
     } catch (const std::exception& e) {

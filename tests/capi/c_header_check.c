@@ -4,7 +4,9 @@
 #include <stdio.h>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  /* FUNNELED: what a threaded (OpenMP) Kokkos backend needs; gpipe_initialize checks it. */
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   gpipe_trainer* t = NULL;
   int failures = 0;
   if (gpipe_initialize(&argc, &argv) != GPIPE_OK) failures++;

@@ -10,7 +10,7 @@ program test_fortran
   implicit none
   type(c_ptr) :: trainer, surrogate
   real(c_float) :: targets(2, 8), outputs(2, 8)
-  integer :: ierr, passed, failed, i, j, status
+  integer :: ierr, provided, passed, failed, i, j, status
   real(c_float) :: inputs(4, 8), logits(3, 8), reloaded(3, 8)
   integer(c_int64_t) :: features, classes, max_batch, count
   real(c_double), allocatable :: saved(:), values(:)
@@ -28,7 +28,8 @@ program test_fortran
     new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
     new_line('a') // "optimizer: {type: adam, lr: 0.02}"
 
-  call MPI_Init(ierr)
+  ! FUNNELED: what a threaded (OpenMP) Kokkos backend needs; gpipe_initialize_f checks it.
+  call MPI_Init_thread(MPI_THREAD_FUNNELED, provided, ierr)
   passed = 0
   failed = 0
   call expect(gpipe_initialize_f() == GPIPE_OK, "initialize")

@@ -32,8 +32,12 @@ class Runtime {
 /// (MPI must be initialized): if Kokkos::initialize throws on any rank, every
 /// rank throws StateError "Kokkos initialization failed on rank R: <Kokkos'
 /// message>" (R the lowest failing rank) instead of leaving the others
-/// waiting. A failure that Kokkos reports with Kokkos::abort (no exception)
-/// still ends the process.
+/// waiting. A failure that Kokkos reports with Kokkos::abort (Kokkos 4: a
+/// malformed --kokkos-* value, an unusable device) cannot be caught: while
+/// Kokkos::initialize runs, SIGABRT is handled by printing "<program>: error:
+/// Kokkos initialization failed on rank R: Kokkos aborted (its message is
+/// above)" and exiting with status 1 (mpirun then ends the other ranks); the
+/// previous SIGABRT handler is restored afterwards.
 bool initialize_kokkos(int& argc, char**& argv);
 
 /// Versions of gpipe and the libraries it runs on, for run records.
