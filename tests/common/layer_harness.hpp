@@ -102,17 +102,27 @@ struct LayerHarness {
   }
 };
 
+/// A forward of x0 through the harness' layer: x and dy (the objective
+/// weights r) on the device, a dx buffer and the saved state it filled.
+struct ForwardPass {
+  Matrix<double> x, dy, dx;
+  Vector<double> saved;
+};
+inline ForwardPass forward_pass(LayerHarness& h, const std::vector<double>& x0) {
+  auto& layer = *h.layer;
+  ForwardPass p{to_device(x0, h.rows, layer.in_features()), to_device(h.r, h.rows, layer.out_features()),
+                Matrix<double>("dx", h.rows, layer.in_features()), h.saved_storage()};
+  Matrix<double> y("y", h.rows, layer.out_features());
+  layer.forward(h.ctx, p.x, y, LayerHarness::view(p.saved));
+  return p;
+}
+
 /// The B/W split (backward_input, then backward_weights, with the dy
 /// buffer reused in between as a cell would) equals the fused backward
 /// bitwise: the same dx and the same parameter gradients.
 inline void expect_split_equals_fused(LayerHarness& h, const std::vector<double>& x0) {
   auto& layer = *h.layer;
-  const auto in = layer.in_features(), out = layer.out_features();
-  const auto x = to_device(x0, h.rows, in);
-  const auto dy = to_device(h.r, h.rows, out);
-  Matrix<double> y("y", h.rows, out), dx("dx", h.rows, in);
-  const auto saved = h.saved_storage();
-  layer.forward(h.ctx, x, y, LayerHarness::view(saved));
+  const auto [x, dy, dx, saved] = forward_pass(h, x0);
   Kokkos::deep_copy(h.grads, 0.0);
   layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
   const auto fused_dx = to_host(dx);
@@ -135,12 +145,7 @@ inline void expect_split_equals_fused(LayerHarness& h, const std::vector<double>
 inline void expect_write_equals_zero_then_add(LayerHarness& h, const std::vector<double>& x0) {
   auto& layer = *h.layer;
   ASSERT_TRUE(layer.writes_gradients()) << layer.type();
-  const auto in = layer.in_features(), out = layer.out_features();
-  const auto x = to_device(x0, h.rows, in);
-  const auto dy = to_device(h.r, h.rows, out);
-  Matrix<double> y("y", h.rows, out), dx("dx", h.rows, in);
-  const auto saved = h.saved_storage();
-  layer.forward(h.ctx, x, y, LayerHarness::view(saved));
+  const auto [x, dy, dx, saved] = forward_pass(h, x0);
   Kokkos::deep_copy(h.grads, 0.0);
   layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
   const auto added = to_host(h.grads);
