@@ -88,13 +88,15 @@ nlohmann::json figure(double value) {
   return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
-// The M >= 4K rule of thumb (GPipe), as a warning.
+// The M >= 4K rule of thumb (GPipe), as a warning quoting the idle
+// fraction of the deck's own schedule (pipeline/schedule.hpp).
 void warn_bubble(const gpipe::Deck& deck, int cells) {
   const int M = deck.training.micro_batches;
   if (cells > 1 && M < 4 * cells)
-    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble (idle "
+    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble ({} idle "
                  "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
-                 M, cells, gpipe::bubble_fraction(cells, M));
+                 M, cells, gpipe::to_string(deck.pipeline.schedule),
+                 gpipe::bubble_fraction(deck.pipeline.schedule, cells, M));
 }
 
 template <class T>

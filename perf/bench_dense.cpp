@@ -68,6 +68,27 @@ void DenseLayer(benchmark::State& state) {
     state.counters["of_gemm"] = gemm_flops * 1e-9 * double(state.iterations()) / seconds / raw->second;
 }
 
+// The weight gradient dW = x^T dy of a mini-batch of N rows, as M gemms of
+// N/M rows accumulated into dW (one per micro-batch: what a cell does today)
+// or, at M = 1, one gemm over all N rows (the whole-batch weight gradient
+// that fill_drain could run once all output gradients are in).
+// Args: N, in, out, M. GFLOP/s of 2 N in out.
+void WeightGradient(benchmark::State& state) {
+  const auto N = state.range(0), in = state.range(1), out = state.range(2), M = state.range(3);
+  const auto rows = N / M;
+  Matrix<T> x("x", N, in), dy("dy", N, out), dw("dw", in, out);
+  Kokkos::deep_copy(x, 0.5f);
+  Kokkos::deep_copy(dy, 0.1f);
+  gpipe::bench::timed(state, [&] {
+    for (std::int64_t m = 0; m < M; ++m) {
+      const auto r = std::make_pair(m * rows, (m + 1) * rows);
+      KokkosBlas::gemm("T", "N", T(1), Kokkos::subview(x, r, Kokkos::ALL), Kokkos::subview(dy, r, Kokkos::ALL),
+                       m == 0 ? T(0) : T(1), dw);
+    }
+  });
+  state.counters["GFLOP/s"] = gpipe::bench::rate(state, 2.0 * N * in * out * 1e-9);
+}
+
 void Shapes(benchmark::internal::Benchmark* b) {
   // Quickstart deck (micro-batch 16) and deep deck (micro-batches 32 and 256).
   b->Args({16, 784, 512})->Args({16, 512, 256})->Args({32, 1024, 1024})->Args({256, 1024, 1024});
@@ -96,6 +117,12 @@ BENCHMARK(DenseStepRows)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_TEMPLATE(DenseLayer, false)->Name("DenseForward")->Apply(Shapes);
 BENCHMARK_TEMPLATE(DenseLayer, true)->Name("DenseBackward")->Apply(Shapes);
+// The deep deck (N = 256, 1024 x 1024) and the quickstart's first layer
+// (N = 128, 784 x 512) at M = 1, 4, 8.
+BENCHMARK(WeightGradient)
+    ->Args({256, 1024, 1024, 1})->Args({256, 1024, 1024, 4})->Args({256, 1024, 1024, 8})
+    ->Args({128, 784, 512, 1})->Args({128, 784, 512, 8})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -10,8 +10,14 @@ struct ReluOp {
   // NaN propagates (never mapped to 0), so a non-finite activation reaches
   // the loss and the gradients instead of training on silently.
   KOKKOS_INLINE_FUNCTION static T value(T x) { return x > T(0) || x != x ? x : T(0); }
+  // Two selects of constants and x, no branch, so the backward loop
+  // vectorizes (a compare and a blend per vector): 1 for x > 0, x (NaN) for
+  // NaN, else 0.
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) { return x > T(0) ? T(1) : x != x ? x : T(0); }
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T step = x > T(0) ? T(1) : T(0);
+    return x == x ? step : x;
+  }
 };
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): one exp instead of a libm tanh (about 3x

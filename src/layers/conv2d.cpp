@@ -14,6 +14,8 @@
 //           (one KokkosBlas::gemm); y(i, f*P + p) = pix(f, i*P + p) + b(f).
 // backward: dpix from dy (the same reordering); db += row sums of dpix
 //           (fixed order); dW += dpix cols^T; dcols = W^T dpix; dx = col2im(dcols).
+//           Split for zero-bubble schedules: W = (dpix, db, im2col, dW),
+//           B = (dpix, dcols, col2im); the reordering runs in both.
 // FLOPs: 2 n P C K^2 F each for forward, dW and dx (dx skipped for the
 // model's first layer), plus n P F for the bias forward and again backward.
 // Workspace (reserve()): cols (C*K*K, n*P) and pix (F, n*P); no saved state.
@@ -99,11 +101,38 @@ class Conv2d final : public Layer<T> {
         });
   }
 
+  // Splits (zero-bubble schedules): backward_weights is the reordering of
+  // dy, db and dW (im2col of x, one gemm); backward_input the reordering,
+  // dcols (one gemm) and col2im. The fused backward runs the same kernels
+  // once each, in that order, so it equals W then B bitwise.
+  bool splits_backward() const override { return true; }
+  bool writes_gradients() const override { return true; }
+
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
-    const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
+    const auto dpix = output_gradient(dy);
+    weights(ctx, x, dpix);
+    input(ctx.space, dpix, dx);
+  }
+  void backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+                      SavedView<T>) override {
+    if (dx.extent(0) > 0) input(ctx.space, output_gradient(dy), dx);
+  }
+  void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
+                        SavedView<T>) override {
+    weights(ctx, x, output_gradient(dy));
+  }
+
+ private:
+  using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Managed = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
+  using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+  // dpix (F, n*P) in the pixel workspace, reordered from dy (n, F*P).
+  Unmanaged output_gradient(ConstMatrix<T> dy) {
+    const std::int64_t n = std::int64_t(dy.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
-    const Unmanaged cols(cols_.data(), g_.taps(), n * P), dpix(pix_.data(), F, n * P);
+    const Unmanaged dpix(pix_.data(), F, n * P);
     Kokkos::parallel_for(
         "gpipe::Conv2d::backward_output", RowPolicy(n * F, Kokkos::AUTO),
         KOKKOS_LAMBDA(const RowMember& team) {
@@ -112,27 +141,37 @@ class Conv2d final : public Layer<T> {
             dpix(f, i * P + p) = dy(i, f * P + p);
           });
         });
+    return dpix;
+  }
+
+  // db (+)= row sums of dpix (fixed order); dW (+)= dpix cols^T, cols = im2col(x);
+  // written, not added, when !ctx.accumulate_gradients.
+  void weights(const PassContext& ctx, ConstMatrix<T> x, const Unmanaged& dpix) {
+    const std::int64_t rows = std::int64_t(dpix.extent(1));
+    const bool accumulate = ctx.accumulate_gradients;
     if (config_.bias) {
       auto db = bias_grad_;
       Kokkos::parallel_for(
-          "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, F),
+          "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, config_.filters),
           KOKKOS_LAMBDA(const std::int64_t f) {
             T sum = T(0);
-            for (std::int64_t r = 0; r < n * P; ++r) sum += dpix(f, r);
-            db(f) += sum;
+            for (std::int64_t r = 0; r < rows; ++r) sum += dpix(f, r);
+            db(f) = (accumulate ? db(f) : T(0)) + sum;
           });
     }
+    const Unmanaged cols(cols_.data(), g_.taps(), rows);
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    detail::gemm(ctx.space, "N", "T", T(1), dpix, cols, T(1), weight_grad_);
+    detail::gemm(ctx.space, "N", "T", T(1), dpix, cols, accumulate ? T(1) : T(0), weight_grad_);
+  }
+
+  // dx = col2im(W^T dpix), through the columns workspace.
+  void input(const ExecSpace& space, const Unmanaged& dpix, Matrix<T> dx) {
     if (dx.extent(0) == 0) return;
-    detail::gemm(ctx.space, "T", "N", T(1), weight_, dpix, T(0), cols);  // cols now holds dcols
+    const Unmanaged cols(cols_.data(), g_.taps(), std::int64_t(dpix.extent(1)));
+    detail::gemm(space, "T", "N", T(1), weight_, dpix, T(0), cols);  // cols holds dcols
     detail::col2im<T>(g_, cols, dx, "gpipe::Conv2d::col2im");
   }
 
- private:
-  using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using Managed = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
-  using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   Conv2dConfig config_;
   detail::Window2d g_;
   Unmanaged weight_, weight_grad_;  // (F, C*K*K)
@@ -145,6 +184,7 @@ template <int Rank>
 LayerEntry conv_entry(const char* name) {
   LayerEntry e;
   e.name = name;
+  e.splits_backward = true;  // Conv2d::backward_input / backward_weights
   e.keys = {"filters", "kernel", "stride", "padding", "bias"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<Conv2dConfig>();

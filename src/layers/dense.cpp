@@ -64,12 +64,14 @@ void Dense<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T>
 template <class T>
 void Dense<T>::backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                                 SavedView<T>) {
-  detail::gemm(ctx.space, "T", "N", T(1), x, dy, T(1), weight_grad_);
+  const bool accumulate = ctx.accumulate_gradients;  // false: write (beta = 0), see PassContext
+  detail::gemm(ctx.space, "T", "N", T(1), x, dy, accumulate ? T(1) : T(0), weight_grad_);
   // Bias gradient: column sums of dy, one team per output column with the
   // rows spread over its threads in a fixed order (core/fixed_sum.hpp).
   add_column_sums<T>("gpipe::Dense::backward_bias", ctx.space, std::int64_t(dy.extent(0)),
                      this->out_features(), Kokkos::subview(bias_grad_, 0, Kokkos::ALL),
-                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); });
+                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); },
+                     accumulate);
 }
 
 template <class T>
@@ -86,6 +88,7 @@ LayerEntry dense_entry() {
   LayerEntry e;
   e.name = "dense";
   e.splits_backward = true;  // Dense::backward_input / backward_weights
+  e.whole_batch_weights = true;  // Dense::whole_batch_weights
   e.keys = {"units", "init"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<DenseConfig>();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gpipe/core/error.hpp"
 
 namespace gpipe {
@@ -27,7 +29,29 @@ std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const 
   for (int l = 0; l + 1 < count; ++l)
     if (layer(l).entry && layer(l).entry->splits_backward) slot.weight_grad += bytes(rows, layer(l).output.size());
   const Schedule schedule = make_schedule(options.schedule, K, M, options.remat);
-  return planned_bytes(plan_buffers(schedule, cell), slot);
+  return planned_bytes(plan_buffers(schedule, cell), slot) + batch_weight_bytes(shapes, partition, cell, options, scalar_bytes);
+}
+
+bool uses_batch_weights(const CellOptions& options) {
+  return options.schedule == ScheduleKind::FillDrain && options.micro_batches > 1;
+}
+
+std::int64_t batch_weight_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                int cell, const CellOptions& options, std::int64_t scalar_bytes) {
+  if (!uses_batch_weights(options)) return 0;
+  const int first = partition.first_layer(cell), count = partition.counts.at(size_t(cell));
+  std::int64_t outputs = 0, inputs = 0, widest = 0;
+  for (int l = first; l < first + count; ++l) {
+    const LayerShape& s = shapes.at(size_t(l));
+    if (!s.entry || !s.entry->whole_batch_weights) continue;
+    outputs += s.output.size();
+    if (cell == 0 && l == 0) continue;  // reads the mini-batch itself
+    inputs += s.input.size();
+    widest = std::max(widest, s.input.size());
+  }
+  // Without re-materialization the inputs are stacked at W from the kept
+  // activations into one shared buffer; with it each layer keeps its own.
+  return options.max_batch * (outputs + (options.remat == Remat::Never ? widest : inputs)) * scalar_bytes;
 }
 
 template <class T>
@@ -90,6 +114,28 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
     return elements == 0 ? Vector<T>() : Vector<T>(uninitialized(name), elements);
   };
   activation_bytes_ = cell_activation_bytes(shapes, partition, rank(), options, std::int64_t(sizeof(T)));
+  // The whole-batch W's buffers (batch_weight_bytes counts the same).
+  const bool shared_x = options.remat == Remat::Never;
+  std::int64_t widest = 0;
+  for (int l = 0; l < count; ++l) {
+    const auto& layer = *layers_[size_t(l)];
+    batch_w_.push_back(uses_batch_weights(options) && splits_[size_t(l)] && layer.whole_batch_weights());
+    const auto make = [&](const char* what, std::int64_t cols) {
+      return batch_w_.back() ? Matrix<T>(uninitialized(fmt::format("gpipe::Cell::{}[{}]", what, l)),
+                                         options.max_batch, cols)
+                             : Matrix<T>();
+    };
+    batch_dy_.push_back(make("batch_dy", layer.out_features()));
+    const bool own_input = !(l == 0 && is_first());  // else it reads the mini-batch itself
+    batch_x_.push_back(shared_x || !own_input ? Matrix<T>() : make("batch_x", layer.in_features()));
+    if (batch_w_.back() && own_input) widest = std::max(widest, layer.in_features());
+  }
+  if (shared_x && widest > 0) {
+    batch_x_shared_ = Vector<T>(uninitialized("gpipe::Cell::batch_x"), options.max_batch * widest);
+    for (int l = is_first() ? 1 : 0; l < count; ++l)
+      if (batch_w_[size_t(l)])
+        batch_x_[size_t(l)] = Matrix<T>(batch_x_shared_.data(), options.max_batch, layers_[size_t(l)]->in_features());
+  }
 
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!is_first())
@@ -142,8 +188,34 @@ std::vector<std::int64_t> Cell<T>::parameter_offsets() const {
 }
 
 template <class T>
-void Cell<T>::zero_gradients() {
-  Kokkos::deep_copy(options_.space, grads_, T(0));
+Vector<T> Cell<T>::gradients() const {
+  if (zero_pending_) {
+    Kokkos::deep_copy(options_.space, grads_, T(0));
+    zero_pending_ = false;
+  }
+  return grads_;
+}
+
+template <class T>
+void Cell<T>::begin_gradients() {
+  writes_.assign(layers_.size(), false);
+  if (!zero_pending_) return;
+  zero_pending_ = false;
+  std::int64_t offset = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::int64_t count = layers_[l]->parameter_count();
+    if (layers_[l]->writes_gradients()) writes_[l] = true;
+    else if (count > 0)
+      Kokkos::deep_copy(options_.space, Kokkos::subview(grads_, std::make_pair(offset, offset + count)), T(0));
+    offset += count;
+  }
+}
+
+template <class T>
+PassContext Cell<T>::gradient_context(PassContext ctx, int l) {
+  ctx.accumulate_gradients = !writes_[size_t(l)];
+  writes_[size_t(l)] = false;
+  return ctx;
 }
 
 template <class T>
@@ -259,6 +331,7 @@ void Cell<T>::backward(int m, bool split) {
                         options_.space};
   const bool final_gradients = training_ && m == last_backward_;
   const auto n = split_[size_t(m)].size;
+  const auto offset = split_[size_t(m)].offset;
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
   activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
   ConstMatrix<T> dy;
@@ -286,6 +359,9 @@ void Cell<T>::backward(int m, bool split) {
       if (l > 0 && split && splits_[size_t(l - 1)]) {  // layer l-1's dL/dy, kept for its W op
         const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l - 1)];
         dx = Matrix<T>(kept.data(), n, kept.extent(1));
+      } else if (l > 0 && batch_w_[size_t(l - 1)]) {  // layer l-1's dL/dy, stacked for the whole-batch W
+        const Matrix<T>& stacked = batch_dy_[size_t(l - 1)];
+        dx = Matrix<T>(stacked.data() + offset * std::int64_t(stacked.extent(1)), n, stacked.extent(1));
       } else if (l > 0) {
         T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
         dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
@@ -293,19 +369,57 @@ void Cell<T>::backward(int m, bool split) {
         dx = input_grad->rows(n);
       }
       if (split) {
-        layers_[size_t(l)]->backward_input(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+        const PassContext c = splits_[size_t(l)] ? ctx : gradient_context(ctx, l);
+        layers_[size_t(l)]->backward_input(c, layer_input(m, l), dy, dx, layer_saved(m, l));
         if (final_gradients && !splits_[size_t(l)]) gradient_final(l);
+      } else if (batch_w_[size_t(l)]) {  // B now, W over the whole batch after the last backward
+        const auto rows = std::make_pair(offset, offset + n);
+        if (l + 1 == count) Kokkos::deep_copy(options_.space, Kokkos::subview(batch_dy_[size_t(l)], rows, Kokkos::ALL), dy);
+        if (options_.remat != Remat::Never && !(l == 0 && is_first()))  // recomputed: gone before W
+          Kokkos::deep_copy(options_.space, Kokkos::subview(batch_x_[size_t(l)], rows, Kokkos::ALL), layer_input(m, l));
+        layers_[size_t(l)]->backward_input(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
       } else {
-        layers_[size_t(l)]->backward(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+        layers_[size_t(l)]->backward(gradient_context(ctx, l), layer_input(m, l), dy, dx,
+                                     layer_saved(m, l));
         if (final_gradients) gradient_final(l);
       }
       dy = dx;
     }
   }
-  if (is_first()) return;
-  const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
-  input_grad->post_send(comm(), rank() - 1, backward_tag(m), n,
-                        options_.link.enabled() ? &to_prev_ : nullptr);
+  if (!is_first()) {
+    const Tracer::Scope send(tracer_, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
+    input_grad->post_send(comm(), rank() - 1, backward_tag(m), n,
+                          options_.link.enabled() ? &to_prev_ : nullptr);
+  }
+  if (m == last_backward_ && !split) batch_weights(m);  // after the send: off the critical path
+}
+
+template <class T>
+void Cell<T>::batch_weights(int m) {
+  const int count = int(layers_.size());
+  if (std::none_of(batch_w_.begin(), batch_w_.end(), [](bool b) { return b; })) return;
+  const PassContext ctx{options_.seed, step_, placement_.offset, true, false, options_.space};
+  const std::int64_t n = batch_size_;
+  const Tracer::Scope compute(tracer_, EventKind::BackwardWeights, m);
+  for (int l = count - 1; l >= 0; --l) {
+    if (!batch_w_[size_t(l)]) continue;
+    ConstMatrix<T> x;
+    if (l == 0 && is_first()) {
+      x = Kokkos::subview(batch_inputs_, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    } else {  // the micro-batches' inputs, stacked in micro-batch order
+      const Matrix<T>& stacked = batch_x_[size_t(l)];
+      if (options_.remat == Remat::Never)  // stacked at B otherwise
+        for (int k = 0; k < int(split_.size()); ++k) {
+          const auto& mb = split_[size_t(k)];
+          Kokkos::deep_copy(options_.space, Kokkos::subview(stacked, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL),
+                            layer_input(k, l));
+        }
+      x = Kokkos::subview(stacked, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    }
+    const ConstMatrix<T> dy = Kokkos::subview(batch_dy_[size_t(l)], std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    layers_[size_t(l)]->backward_weights(gradient_context(ctx, l), x, dy, SavedView<T>());
+    if (training_) gradient_final(l);
+  }
 }
 
 template <class T>
@@ -329,7 +443,8 @@ void Cell<T>::backward_weights(int m) {
     } else {
       dy = output_grads_[slot].rows(n);  // waited for by the B op
     }
-    layers_[size_t(l)]->backward_weights(ctx, layer_input(m, l), dy, layer_saved(m, l));
+    layers_[size_t(l)]->backward_weights(gradient_context(ctx, l), layer_input(m, l), dy,
+                                         layer_saved(m, l));
     if (final_gradients) gradient_final(l);
   }
 }
@@ -416,6 +531,7 @@ LossSums Cell<T>::train_step(ConstMatrix<T> inputs, const Targets<T>& targets, s
                       options_.micro_batches));
   placement_ = placement;
   training_ = true;
+  begin_gradients();
   struct Reset {
     Cell& cell;
     ~Reset() {

@@ -102,17 +102,27 @@ struct LayerHarness {
   }
 };
 
+/// A forward of x0 through the harness' layer: x and dy (the objective
+/// weights r) on the device, a dx buffer and the saved state it filled.
+struct ForwardPass {
+  Matrix<double> x, dy, dx;
+  Vector<double> saved;
+};
+inline ForwardPass forward_pass(LayerHarness& h, const std::vector<double>& x0) {
+  auto& layer = *h.layer;
+  ForwardPass p{to_device(x0, h.rows, layer.in_features()), to_device(h.r, h.rows, layer.out_features()),
+                Matrix<double>("dx", h.rows, layer.in_features()), h.saved_storage()};
+  Matrix<double> y("y", h.rows, layer.out_features());
+  layer.forward(h.ctx, p.x, y, LayerHarness::view(p.saved));
+  return p;
+}
+
 /// The B/W split (backward_input, then backward_weights, with the dy
 /// buffer reused in between as a cell would) equals the fused backward
 /// bitwise: the same dx and the same parameter gradients.
 inline void expect_split_equals_fused(LayerHarness& h, const std::vector<double>& x0) {
   auto& layer = *h.layer;
-  const auto in = layer.in_features(), out = layer.out_features();
-  const auto x = to_device(x0, h.rows, in);
-  const auto dy = to_device(h.r, h.rows, out);
-  Matrix<double> y("y", h.rows, out), dx("dx", h.rows, in);
-  const auto saved = h.saved_storage();
-  layer.forward(h.ctx, x, y, LayerHarness::view(saved));
+  const auto [x, dy, dx, saved] = forward_pass(h, x0);
   Kokkos::deep_copy(h.grads, 0.0);
   layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
   const auto fused_dx = to_host(dx);
@@ -126,6 +136,31 @@ inline void expect_split_equals_fused(LayerHarness& h, const std::vector<double>
   layer.backward_weights(h.ctx, x, dy, LayerHarness::view(saved));
   EXPECT_EQ(to_host(dx), fused_dx) << layer.type();
   EXPECT_EQ(to_host(h.grads), fused_grads) << layer.type();
+}
+
+/// A backward with ctx.accumulate_gradients false over gradients holding
+/// NaN writes the same parameter gradients, bitwise, as one that adds to
+/// zeroed gradients (the first backward of a step, Cell::zero_gradients);
+/// W op alone and fused backward alike.
+inline void expect_write_equals_zero_then_add(LayerHarness& h, const std::vector<double>& x0) {
+  auto& layer = *h.layer;
+  ASSERT_TRUE(layer.writes_gradients()) << layer.type();
+  const auto [x, dy, dx, saved] = forward_pass(h, x0);
+  Kokkos::deep_copy(h.grads, 0.0);
+  layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
+  const auto added = to_host(h.grads);
+  PassContext write = h.ctx;
+  write.accumulate_gradients = false;
+  for (int fused = 0; fused < 2; ++fused) {
+    Kokkos::deep_copy(h.grads, std::nan(""));
+    if (fused) layer.backward(write, x, dy, dx, LayerHarness::view(saved));
+    else layer.backward_weights(write, x, dy, LayerHarness::view(saved));
+    EXPECT_EQ(to_host(h.grads), added) << layer.type() << (fused ? " backward" : " backward_weights");
+  }
+  // And a second backward adds to what the first wrote.
+  layer.backward(h.ctx, x, dy, dx, LayerHarness::view(saved));
+  const auto twice = to_host(h.grads);
+  for (size_t i = 0; i < twice.size(); ++i) EXPECT_EQ(twice[i], added[i] + added[i]) << layer.type() << " " << i;
 }
 
 /// Inputs in [-1.5, 1.5) away from ReLU's kink at 0.

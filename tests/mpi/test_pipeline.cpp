@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -149,6 +150,18 @@ std::vector<std::int64_t> expected_bytes(const std::vector<int>& counts, int M, 
     b += (last ? 1 : M) * rows * out[size_t(first + c - 1)]; // logits, or output send buffers
     for (int l = first; l < first + c; ++l)                  // saved state: like kept outputs,
       b += (remat && l + 1 < first + c ? 1 : M) * rows * saved[size_t(l)];  // last layer per micro-batch
+    // fill_drain's whole-batch W (M > 1): every Dense's output gradient over
+    // the batch, and its input: one shared buffer of the widest (never) or
+    // one per Dense (re-materialization).
+    std::int64_t dense_out = 0, dense_in = 0, widest = 0;
+    for (int l = first; l < first + c; ++l)
+      if (l % 2 == 0 && l != 2) {  // layers 0, 4, 6, 8 are Dense
+        dense_out += out[size_t(l)];
+        if (l == 0) continue;  // the first cell's first layer reads the batch
+        dense_in += in[size_t(l)];
+        widest = std::max(widest, in[size_t(l)]);
+      }
+    if (M > 1) b += kBatch * (dense_out + (remat ? dense_in : widest));
     bytes.push_back(b * word);
     first += c;
   }
@@ -174,7 +187,11 @@ TEST(Pipeline, ActivationBytesMatchFormula) {
     // 3 x (48 hidden features + 2 saved layer_norm statistics) x 8 bytes
     // saved per extra micro-batch row.
     const auto never = expected_bytes({9}, M, false)[0], always = expected_bytes({9}, M, true)[0];
-    EXPECT_EQ(never - always, (M - 1) * 3 * (10 + 10 + 10 + 10 + 8 + 8 + 5 + 5 + 2) * 8);
+    // fill_drain's whole-batch W keeps the inputs of Dense layers 4, 6, 8
+    // (10, 8, 5 wide) per layer with re-materialization, in one buffer of
+    // the widest (10) without.
+    EXPECT_EQ(never - always, (M - 1) * 3 * (10 + 10 + 10 + 10 + 8 + 8 + 5 + 5 + 2) * 8 -
+                                  kBatch * ((10 + 8 + 5) - 10) * 8);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "../common/layer_harness.hpp"
 
@@ -43,11 +44,58 @@ TEST(LayerSplit, BackwardInputThenWeightsEqualsFusedBitwise) {
     EXPECT_TRUE(h.layer->splits_backward());
     test::expect_split_equals_fused(h, inputs(5));
   }
+  {
+    Harness h("{type: conv2d, filters: 3, kernel: 3, padding: same}", {2, 5, 4});
+    EXPECT_TRUE(h.layer->splits_backward());
+    test::expect_split_equals_fused(h, inputs(2 * 5 * 4));
+  }
+  {
+    Harness h("{type: conv1d, filters: 2, kernel: 3, stride: 2}", {3, 9});
+    EXPECT_TRUE(h.layer->splits_backward());
+    test::expect_split_equals_fused(h, inputs(3 * 9));
+  }
   for (const char* yaml : {"{type: relu}", "{type: layer_norm}", "{type: dropout, rate: 0.4}"}) {
     Harness h(yaml, {6});
     EXPECT_FALSE(h.layer->splits_backward()) << yaml;
     test::expect_split_equals_fused(h, inputs(6));
   }
+}
+
+// A step's first backward writes the gradients (the weight-gradient GEMM
+// with beta = 0) instead of zeroing them and adding.
+TEST(LayerWrites, FirstBackwardWritesWhatZeroThenAddGives) {
+  {
+    Harness h("{type: dense, units: 4}", {5});
+    test::expect_write_equals_zero_then_add(h, inputs(5));
+  }
+  {
+    Harness h("{type: conv2d, filters: 3, kernel: 3, padding: same}", {2, 5, 4});
+    test::expect_write_equals_zero_then_add(h, inputs(2 * 5 * 4));
+  }
+  {
+    Harness h("{type: conv2d, filters: 2, kernel: 2, bias: false}", {1, 4, 4});
+    test::expect_write_equals_zero_then_add(h, inputs(16));
+  }
+  for (const char* yaml : {"{type: relu}", "{type: layer_norm}"}) {
+    Harness h(yaml, {6});
+    EXPECT_FALSE(h.layer->writes_gradients()) << yaml;
+  }
+}
+
+// ReLU's branch-free derivative: 1 above 0, 0 at and below 0 (also -inf),
+// NaN for NaN.
+TEST(LayerValues, ReluBackwardAtKnownPoints) {
+  Harness h("{type: relu}", {5});
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> x = {-inf, -1, 0, 2, std::nan("")};
+  Matrix<double> dx("dx", 1, 5);
+  h.layer->backward(h.ctx, test::to_device(x, 1, 5), test::to_device<double>({3, 3, 3, 3, 3}, 1, 5), dx);
+  const auto d = test::to_host(dx);
+  EXPECT_EQ(d[0], 0.0);
+  EXPECT_EQ(d[1], 0.0);
+  EXPECT_EQ(d[2], 0.0);
+  EXPECT_EQ(d[3], 3.0);
+  EXPECT_TRUE(std::isnan(d[4]));
 }
 
 TEST(LayerValues, DenseComputesAffineMap) {

@@ -79,10 +79,12 @@ KOKKOS_INLINE_FUNCTION A team_max_nonnegative(const Member& team, const SumLanes
 /// in the fixed lane order (one team per column, lanes over rows). Used for
 /// bias and normalization-parameter gradients; deterministic at every
 /// thread count. `label` names the kernel ("gpipe::Dense::backward_bias").
+/// accumulate false: writes the sums instead of adding them (out(j) is not
+/// read; the first backward of a step, PassContext::accumulate_gradients).
 template <class A, class Out, class Term>
 void add_column_sums(const char* label, const ExecSpace& space, std::int64_t rows, std::int64_t cols,
-                     Out out, Term term) {
-  if (rows == 0 || cols == 0) return;
+                     Out out, Term term, bool accumulate = true) {
+  if (cols == 0 || (rows == 0 && accumulate)) return;
   RowPolicy policy(space, cols, Kokkos::AUTO);
   policy.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<A>()));
   Kokkos::parallel_for(
@@ -90,7 +92,10 @@ void add_column_sums(const char* label, const ExecSpace& space, std::int64_t row
         const std::int64_t j = team.league_rank();
         const SumLanes<A> lanes(team.team_scratch(0), kSumLanes);
         const A s = team_sum<A>(team, lanes, rows, [&](const std::int64_t i) { return A(term(i, j)); });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { out(j) += typename Out::value_type(s); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          using V = typename Out::value_type;
+          out(j) = (accumulate ? out(j) : V(0)) + V(s);
+        });
       });
 }
 

@@ -38,6 +38,11 @@ class Dense final : public Layer<T> {
   /// Splits: backward_input dx = dy W^T (one gemm); backward_weights
   /// dW += x^T dy, db += sum_rows dy. backward() runs weights then input.
   bool splits_backward() const override { return true; }
+  /// With ctx.accumulate_gradients false: dW = x^T dy (the gemm's beta = 0)
+  /// and db = sum_rows dy, without reading the old gradients.
+  bool writes_gradients() const override { return true; }
+  /// One gemm of k = N rows beats M of N/M (perf/bench_dense.cpp, WeightGradient).
+  bool whole_batch_weights() const override { return true; }
   void backward_input(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                       SavedView<T> saved) override;
   void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,

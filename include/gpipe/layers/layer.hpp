@@ -32,6 +32,13 @@ struct PassContext {
   /// submitted to; the cell fences this instance (never Kokkos::fence())
   /// before handing a buffer to MPI or the host.
   ExecSpace space{};
+  /// Parameter gradients: true: backward() and backward_weights() *add*
+  /// dL/dparameters to the bound gradients; false: they *write* them (the
+  /// first backward of a step after Cell::zero_gradients(), so the weight
+  /// gradient GEMM runs with beta = 0 instead of after a zeroing pass). Only
+  /// layers whose writes_gradients() is true see false; the old contents
+  /// are then never read (they may be NaN).
+  bool accumulate_gradients = true;
 };
 
 /// A layer's saved state for one micro-batch: saved_size().elements(n)
@@ -108,6 +115,17 @@ class Layer {
   /// nothing. backward() of a splitting layer must equal
   /// backward_weights() followed by backward_input() bitwise.
   virtual bool splits_backward() const { return false; }
+  /// True if the layer honours PassContext::accumulate_gradients == false
+  /// (writes its parameter gradients instead of adding them). The cell
+  /// zeroes the gradients of every other layer before a step's first
+  /// backward.
+  virtual bool writes_gradients() const { return false; }
+  /// True if one backward_weights() over a whole mini-batch of N rows (x
+  /// and dy of every micro-batch stacked in micro-batch order) is cheaper
+  /// than M of N/M rows each (Dense: one weight-gradient GEMM with k = N).
+  /// Only splitting layers; must equal the registry entry's
+  /// whole_batch_weights. The cell uses it under fill_drain (Cell, "whole-batch W").
+  virtual bool whole_batch_weights() const { return false; }
   /// B op: dL/dx into dx (not computed when dx has extent 0); for layers that
   /// do not split, also the parameter gradients (the whole backward()).
   virtual void backward_input(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,

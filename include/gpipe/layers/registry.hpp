@@ -99,6 +99,9 @@ struct LayerEntry {
   /// (weight gradient) ops; must equal its Layer::splits_backward(). The
   /// buffer plan keeps its output gradient from B to W (zero_bubble).
   bool splits_backward = false;
+  /// Layer::whole_batch_weights(): fill_drain computes its weight gradient
+  /// once over the mini-batch; the cell keeps its output gradients for it.
+  bool whole_batch_weights = false;
   std::unique_ptr<Layer<float>> (*make_float)(const LayerShape& shape) = nullptr;
   std::unique_ptr<Layer<double>> (*make_double)(const LayerShape& shape) = nullptr;
 };

@@ -37,6 +37,20 @@ struct CellOptions {
 std::int64_t cell_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
                                    int cell, const CellOptions& options, std::int64_t scalar_bytes);
 
+/// True when a training step of `options` computes the weight gradients of
+/// the layers whose Layer::whole_batch_weights() is true (Dense) once over
+/// the whole mini-batch after the last backward (one GEMM of N rows instead
+/// of M of N/M; docs/design.md, "Whole-batch W"): fill_drain, M > 1, no
+/// re-materialization (which would have to keep every layer input again).
+bool uses_batch_weights(const CellOptions& options);
+/// The bytes the whole-batch W adds to cell_activation_bytes: max_batch x
+/// (the output widths of the cell's whole_batch_weights layers, summed, for
+/// their output gradients + the widest of their inputs, for the stacked
+/// input; every input with re-materialization; the first cell's first layer
+/// reads the mini-batch itself) x scalar_bytes; 0 unless uses_batch_weights(options).
+std::int64_t batch_weight_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                int cell, const CellOptions& options, std::int64_t scalar_bytes);
+
 /// Where a cell's mini-batch sits in a larger global mini-batch (data
 /// parallelism: each replica trains a shard of it).
 struct BatchPlacement {
@@ -101,11 +115,16 @@ class Cell {
   /// (n, outputs); other cells ignore it.
   void predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits);
 
-  void zero_gradients();
+  /// Sets the gradients to zero. Lazily: the next train_step's first
+  /// backward of each layer that writes_gradients() writes its gradients
+  /// instead of adding them (the weight-gradient GEMM with beta = 0, no
+  /// zeroing pass); the other layers' gradients are zeroed at that step's
+  /// start, and gradients() zeroes them all if it is called first.
+  void zero_gradients() { zero_pending_ = true; }
   /// This cell's parameters and gradients: one flat buffer each, the layers'
   /// tensors concatenated in layer order, each in its parameter_specs() order.
   Vector<T> parameters() const { return params_; }
-  Vector<T> gradients() const { return grads_; }
+  Vector<T> gradients() const;
   /// The layers' non-trainable state (running statistics), one flat buffer
   /// in layer order, each layer's tensors in shape().state order.
   Vector<T> state() const { return state_; }
@@ -147,6 +166,14 @@ class Cell {
   // Backward (fused) when `split` is false; BackwardInput (B of a split backward) when true.
   void backward(int m, bool split);
   void backward_weights(int m);
+  // Carries out a pending zero_gradients() at a training step's start:
+  // zeroes the layers that do not write their gradients, marks the others in writes_.
+  void begin_gradients();
+  // ctx for layer l's parameter-gradient pass (backward, or W), then marks it done.
+  PassContext gradient_context(PassContext ctx, int l);
+  // Whole-batch W (fill_drain): the weight gradients of the layers in
+  // batch_w_, each one backward_weights() over the n rows of the step.
+  void batch_weights(int m);
   // Marks layer l's gradients final for the step and announces, in
   // descending layer order, every layer whose gradients and whose higher
   // layers' gradients are final (gradient_ready_).
@@ -176,6 +203,10 @@ class Cell {
   std::vector<BoundaryBuffer<T>> input_grads_;  // [input_grad slot] dL/dinput to send (not on the first cell)
   std::vector<std::vector<Matrix<T>>> weight_grads_;  // [weight_grad slot][l] dL/dy of splitting layers 0..L_k-2 kept for W
   std::vector<bool> splits_;                    // [l] layer l splits its backward (Layer::splits_backward)
+  std::vector<bool> batch_w_;                   // [l] whole-batch W for layer l (fill_drain, see batch_weights)
+  std::vector<Matrix<T>> batch_dy_;             // [l] (max_batch, out_l): dL/dy of all micro-batches, for batch_w_ layers
+  Vector<T> batch_x_shared_;                    // the batch_x_ storage without re-materialization
+  std::vector<Matrix<T>> batch_x_;              // [l] (max_batch, in_l): the layer inputs, stacked (at B with re-materialization; else at W, in one shared buffer)
   std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L_k-2
   std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L_k-2
   Matrix<T> logits_;                            // last cell: (capacity, classes)
@@ -188,6 +219,8 @@ class Cell {
   int last_backward_ = -1;  // micro-batch of this cell's last Backward or BackwardInput op in train_schedule_
   int last_weights_ = -1;   // micro-batch of its last BackwardWeights op (-1: none)
   std::vector<bool> final_;  // [l] per step: layer l's gradients are final
+  mutable bool zero_pending_ = false;  // zero_gradients() called, not yet carried out
+  std::vector<bool> writes_;   // [l] per step: layer l's next gradient pass writes (beta = 0) instead of adding
   int announced_ = 0;        // per step: layers >= announced_ were passed to gradient_ready_
 
   // Per-step state.
