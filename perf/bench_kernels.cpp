@@ -53,6 +53,10 @@ void Layer(benchmark::State& state, const char* type) {
   const std::string text = std::string("{type: ") + type + (std::string(type) == "dropout" ? ", rate: 0.1}" : "}");
   auto layer = gpipe::make_layer<T>(gpipe::layer_shape(gpipe::parse_layer(text), gpipe::Shape{f}));
   gpipe::Matrix<T> x("x", rows, f), y("y", rows, f), dy("dy", rows, f), dx("dx", rows, f);
+  // Parameters (LayerNorm's scale and shift) bound and initialized as a cell does.
+  gpipe::Vector<T> params("params", layer->parameter_count()), grads("grads", layer->parameter_count());
+  layer->bind(params.data(), grads.data());
+  layer->initialize(1);
   gpipe::Vector<T> saved("saved", layer->saved_size().elements(rows));
   const gpipe::SavedView<T> s(saved.data(), saved.extent(0));
   Kokkos::deep_copy(x, 0.3f);

@@ -11,6 +11,10 @@
 # Each rank gets T (or 1) cores of its own (Open MPI --map-by slot:PE=n
 # --bind-to core) and its OpenMP threads are pinned inside them
 # (OMP_PROC_BIND=close, OMP_PLACES=cores), so no configuration shares a core.
+# OMP_WAIT_POLICY=passive: between Kokkos kernels the OpenMP threads sleep
+# instead of spinning; with the default (active) they spin on the cores that
+# OpenBLAS' own threads need for the GEMMs, and 1 x 2 ran at 0.63x of 1 x 1
+# here (550 against 1548 samples/s passive; perf/README.md).
 #
 # Usage: perf/threads_vs_pipeline.sh BUILD_DIR [THREADS [OUT_DIR [--set KEY=VALUE ...]]]
 #   BUILD_DIR  a build against a threaded Kokkos (OpenMP), e.g. build-openmp
@@ -29,7 +33,7 @@ grep -q "OPENMP\|THREADS" "$build/CMakeCache.txt" 2>/dev/null ||
   echo "threads_vs_pipeline.sh: warning: $build does not look like a threaded Kokkos build" >&2
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_PROC_BIND=close OMP_PLACES=cores
+export OMP_PROC_BIND=close OMP_PLACES=cores OMP_WAIT_POLICY=passive
 
 # run NAME RANKS THREADS [gpipe-train arguments]
 run() {
@@ -37,7 +41,7 @@ run() {
   shift 3
   echo "== $name: $ranks rank(s) x $t thread(s)" >&2
   mpirun -n "$ranks" --map-by "slot:PE=$t" --bind-to core --oversubscribe \
-    -x OMP_NUM_THREADS="$t" -x OPENBLAS_NUM_THREADS="$t" -x OMP_PROC_BIND -x OMP_PLACES \
+    -x OMP_NUM_THREADS="$t" -x OPENBLAS_NUM_THREADS="$t" -x OMP_PROC_BIND -x OMP_PLACES -x OMP_WAIT_POLICY \
     -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     "$train" inputs/deep_mlp.yaml --quiet --summary "$out/$name.json" "$@" \
     > "$out/$name.log" 2>&1 || { echo "$name failed: see $out/$name.log" >&2; tail -n 5 "$out/$name.log" >&2; return 1; }
