@@ -4,12 +4,13 @@
 batch 256, Adam lr 2e-4), side by side under the same conditions.
 
   1 process : PyTorch's plain loop (forward, cross-entropy, backward, Adam)
-              vs gpipe-train on 1 rank (the deck's M, and M = 1); and, without
-              a target, PyTorch accumulating the deck's M micro-batches vs the
-              deck's M (like for like).
+              vs gpipe-train on 1 rank (the deck's M: target >= 0.85x; and
+              M = 1: >= 1.05x); and PyTorch accumulating the deck's M
+              micro-batches vs the deck's M (like for like: >= 1.05x).
   2 processes: a GPipe fill-drain pipeline in torch.distributed (gloo, loopback,
               isend/irecv; torch_pipeline.py) vs mpirun -n 2 gpipe-train, for
-              each M of --micro-batches, with the same 2-stage split.
+              each M of --micro-batches, with the same 2-stage split
+              (targets: >= 1.0x at M = 1 and 2, >= 1.3x at M >= 4).
 
 Fair conditions (printed): one BLAS thread per process on both sides
 (OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 in every process' environment
@@ -46,8 +47,15 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import torch_pipeline as tp  # noqa: E402  (does not import torch)
 
-TARGET_1 = 1.1   # gpipe >= 1.1 x PyTorch, 1 process
-TARGET_2 = 1.5   # gpipe >= 1.5 x the PyTorch pipeline, 2 processes, per M
+# Issue 11's targets (gpipe samples/s over PyTorch's, measured side by side):
+TARGET_1_DECK = 0.85  # 1 process, the deck's M against PyTorch's plain loop
+TARGET_1_M1 = 1.05    # 1 process, M = 1 against PyTorch's plain loop
+TARGET_1_LIKE = 1.05  # 1 process, both accumulating the deck's M micro-batches
+
+
+def target_2(m):
+    """2 processes against the PyTorch fill-drain pipeline, per M."""
+    return 1.3 if m >= 4 else 1.0
 
 
 def sh(cmd, **kw):
@@ -429,10 +437,10 @@ def main(argv=None):
         results["single"] = {"torch": t_res, "torch_accumulate": t_acc, "gpipe_deck": g_deck, "gpipe_M=1": g_one}
         t = best(t_res)
         # the targets' ceiling: the GEMMs of the faster configuration
-        rows.append(("1 process, gpipe M=%d (deck)" % deck_m, "-", t, best(g_deck), TARGET_1, (1, deck_m, None)))
+        rows.append(("1 process, gpipe M=%d (deck)" % deck_m, "-", t, best(g_deck), TARGET_1_DECK, (1, deck_m, None)))
         if deck_m > 1:
-            rows.append(("1 process, gpipe M=1", "-", t, best(g_one), TARGET_1, (1, 1, None)))
-            rows.append(("1 process, both M=%d" % deck_m, "-", best(t_acc), best(g_deck), None,
+            rows.append(("1 process, gpipe M=1", "-", t, best(g_one), TARGET_1_M1, (1, 1, None)))
+            rows.append(("1 process, both M=%d" % deck_m, "-", best(t_acc), best(g_deck), TARGET_1_LIKE,
                          (1, deck_m, None)))
 
     # ---- 2 processes
@@ -455,7 +463,7 @@ def main(argv=None):
             for used in ([t["split"]] if t else []) + ([g["partition"]] if g else []):
                 if "|".join(map(str, used)) not in splits:
                     splits.append("|".join(map(str, used)))
-            rows.append(("2 processes, M=%d" % m, "/".join(splits), t, g, TARGET_2,
+            rows.append(("2 processes, M=%d" % m, "/".join(splits), t, g, target_2(m),
                          (2, m, (t or g)["split" if t else "partition"])))
 
     # ---- the GEMM-only ceiling on this BLAS
@@ -485,7 +493,7 @@ def main(argv=None):
                 status += " (needed > ceiling)"
         print("%-28s %-7s %10s %10s %6s %7s %9s %9s  %s" % (
             name, split, "%.0f" % ts if ts else "-", "%.0f" % gs if gs else "-",
-            "%.2f" % ratio if ratio else "-", ">=%.1fx" % target if target else "",
+            "%.2f" % ratio if ratio else "-", ">=%.2fx" % target if target else "",
             "%.0f" % needed if needed else "-", "%.0f" % ceil if ceil else "-", status))
     if gemm:
         print("needed : the target x PyTorch's samples/s")
