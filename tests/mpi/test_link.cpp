@@ -177,10 +177,14 @@ TEST(EmulatedLink, TraceRecordsWireTimeAndItsWait) {
     }
     if (e.kind == std::int8_t(EventKind::LinkWait)) {
       ++waits;
-      bool covered = false;  // the wait ends after the arrival of its micro-batch's message
+      // The wait ends no earlier than the arrival of its micro-batch's message.
+      // (Not "starts before it": the decision to wait and the event's start
+      // are two clock readings, and a rank descheduled between them, as on a
+      // loaded machine, starts the event after the arrival.)
+      bool covered = false;
       for (const auto& w : r.events)
         covered |= w.kind == std::int8_t(EventKind::Wire) && w.step == e.step &&
-                   w.micro_batch == e.micro_batch && e.end + 1e-9 >= w.end && e.start <= w.end;
+                   w.micro_batch == e.micro_batch && e.end + 1e-9 >= w.end;
       EXPECT_TRUE(covered) << "link_wait of micro-batch " << e.micro_batch << " at step " << e.step;
     }
   }
