@@ -84,6 +84,16 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
       case OpKind::BackwardWeights: weights[m] = i; break;
     }
   }
+  std::vector<int> next_backward(size_t(M), -1);  // [m]: the cell's first backward op after B(m)
+  for (size_t m = 0; m < size_t(M); ++m) {
+    if (backward[m] < 0) continue;
+    next_backward[m] = backward[m];
+    for (int i = backward[m] + 1; i < int(ops.size()); ++i)
+      if (ops[size_t(i)].kind == OpKind::Backward || ops[size_t(i)].kind == OpKind::BackwardInput) {
+        next_backward[m] = i;
+        break;
+      }
+  }
   std::vector<Interval> whole(static_cast<size_t>(M)), kept, input_grad(static_cast<size_t>(M)),
       weight_grad(static_cast<size_t>(M));
   std::vector<int> backward_item(size_t(M), -1), forward_item(size_t(M), -1);
@@ -91,7 +101,11 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
     if (forward[m] < 0) continue;
     const int end = std::max({forward[m], backward[m], weights[m]});
     whole[m] = {forward[m], end};
-    if (backward[m] >= 0) input_grad[m] = {backward[m], backward[m]};
+    // The send buffer stays busy until this cell's next backward has run, so
+    // consecutive backwards alternate between two buffers and B(m + 1) never
+    // waits for B(m)'s gradient to leave (it leaves when the receiver next
+    // calls MPI); B(m + 2) reuses B(m)'s buffer, long sent by then.
+    if (backward[m] >= 0) input_grad[m] = {backward[m], next_backward[m]};
     if (weights[m] >= 0) weight_grad[m] = {backward[m], weights[m]};
     if (recompute[m] >= 0) {
       forward_item[m] = int(kept.size());

@@ -42,9 +42,11 @@ struct BufferPool {
 ///    re-materialized ones hold a slot for Forward(m) alone and again for
 ///    [Recompute(m), Backward(m)] (forward_slot and backward_slot differ):
 ///    the outputs of layers 0..L_k-2 and their saved state.
-///  - input_grad: [Backward(m), Backward(m)]: dL/dinput send buffer, waited
-///    before its slot is reused (its receive was posted at the receiver's
-///    Forward(m), so the wait cannot block on the receiver's progress).
+///  - input_grad: [Backward(m), the cell's next backward op]: dL/dinput send
+///    buffer, waited before its slot is reused (its receive was posted at the
+///    receiver's Forward(m), so the wait cannot block on the receiver's
+///    progress). Two slots whenever the cell runs two or more backwards, so
+///    a backward never waits for the previous one's gradient to leave.
 ///  - weight_grad: [BackwardInput(m), BackwardWeights(m)]: the output
 ///    gradients of the splitting layers 0..L_k-2 (dL/dy of the cell's last
 ///    layer is the micro_batch slot's received gradient). Unused (0 slots)
