@@ -23,24 +23,20 @@ std::atomic<int> chosen{int(Choice::automatic)};
 // oneDNN runs on host memory only.
 constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
-// The implementation `auto` picks, by measurement (perf/bench_kernels.cpp,
-// perf/README.md "Kernel seam"; Intel Xeon with AVX-512 and AMX, one thread):
-//   gemm, gemm_bias float: portable. OpenBLAS sgemm beats Debian's oneDNN
-//     2.6.3 fp32 matmul at every deck shape (oneDNN's f32 brgemm is slower
-//     than OpenBLAS' AVX-512 kernel at k = 64..1024).
-//   batched_gemm, attention float: oneDNN (one batched matmul over every
-//     (sample, head) instead of Kokkos Kernels' unblocked team GEMMs).
+// The implementation `auto` picks, by measurement (perf/bench_seam.cpp;
+// perf/README.md, "Kernel seam"; Intel Xeon with AVX-512 and AMX, one
+// thread, Debian's OpenBLAS 0.3.21 and oneDNN 2.6.3):
+//   float: oneDNN for every primitive it has. Its f32 matmul ran 3-4x
+//     OpenBLAS' sgemm at every deck shape as the machine is set up (OpenBLAS
+//     detects the virtual CPU as Prescott and runs SSE3 kernels) and at or
+//     above it with OPENBLAS_CORETYPE=SkylakeX; its batched matmul ran 3-5x
+//     the KokkosBatched team GEMMs on the attention products (16 x 16 x 16);
+//     and it gives a row the same bits whatever the call's row count.
 //   conv2d: the convolution half of issue 21 sets its row.
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 Implementation automatic(Primitive p, int scalar_bytes) {
-  if (!has(Implementation::onednn, p, scalar_bytes)) return Implementation::portable;
-  switch (p) {
-    case Primitive::batched_gemm:
-    case Primitive::attention:
-      return Implementation::onednn;
-    default:
-      return Implementation::portable;
-  }
+  if (p == Primitive::conv2d) return Implementation::portable;
+  return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
 
 std::optional<Choice> from_environment() {
