@@ -43,6 +43,39 @@ detail::Window2d window(const Conv2dConfig& c, const Shape& in) {
   return detail::square_window(in, c.kernel, c.stride, c.padding);
 }
 
+// Kernels live in free functions, not in the class's private members: nvcc
+// rejects an extended __host__ __device__ lambda whose enclosing function is
+// private or protected (scripts/check_device_lambdas.py, a ctest test).
+
+// dpix(f, i*P + p) = dy(i, f*P + p): dy (n, F*P) -> dpix (F, n*P).
+template <class T, class DPix>
+void reorder_output_gradient(const ExecSpace& space, ConstMatrix<T> dy, const DPix& dpix,
+                             std::int64_t P) {
+  const std::int64_t n = std::int64_t(dy.extent(0)), F = std::int64_t(dpix.extent(0));
+  Kokkos::parallel_for(
+      "gpipe::Conv2d::backward_output", RowPolicy(space, n * F, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const RowMember& team) {
+        const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
+          dpix(f, i * P + p) = dy(i, f * P + p);
+        });
+      });
+}
+
+// db(f) (+)= sum over r of dpix(f, r), r ascending (fixed order).
+template <class T, class DPix, class DB>
+void bias_gradient(const ExecSpace& space, const DPix& dpix, const DB& db, bool accumulate) {
+  const std::int64_t rows = std::int64_t(dpix.extent(1));
+  Kokkos::parallel_for(
+      "gpipe::Conv2d::backward_bias",
+      Kokkos::RangePolicy<ExecSpace>(space, 0, std::int64_t(dpix.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t f) {
+        T sum = T(0);
+        for (std::int64_t r = 0; r < rows; ++r) sum += dpix(f, r);
+        db(f) = (accumulate ? db(f) : T(0)) + sum;
+      });
+}
+
 template <class T>
 class Conv2d final : public Layer<T> {
  public:
@@ -110,17 +143,17 @@ class Conv2d final : public Layer<T> {
 
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
-    const auto dpix = output_gradient(dy);
+    const auto dpix = output_gradient(ctx.space, dy);
     weights(ctx, x, dpix);
     input(ctx.space, dpix, dx);
   }
   void backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                       SavedView<T>) override {
-    if (dx.extent(0) > 0) input(ctx.space, output_gradient(dy), dx);
+    if (dx.extent(0) > 0) input(ctx.space, output_gradient(ctx.space, dy), dx);
   }
   void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                         SavedView<T>) override {
-    weights(ctx, x, output_gradient(dy));
+    weights(ctx, x, output_gradient(ctx.space, dy));
   }
 
  private:
@@ -129,18 +162,11 @@ class Conv2d final : public Layer<T> {
   using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   // dpix (F, n*P) in the pixel workspace, reordered from dy (n, F*P).
-  Unmanaged output_gradient(ConstMatrix<T> dy) {
+  Unmanaged output_gradient(const ExecSpace& space, ConstMatrix<T> dy) {
     const std::int64_t n = std::int64_t(dy.extent(0)), P = g_.pixels(), F = config_.filters;
     reserve(n);
     const Unmanaged dpix(pix_.data(), F, n * P);
-    Kokkos::parallel_for(
-        "gpipe::Conv2d::backward_output", RowPolicy(n * F, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const RowMember& team) {
-          const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
-            dpix(f, i * P + p) = dy(i, f * P + p);
-          });
-        });
+    reorder_output_gradient<T>(space, dy, dpix, P);
     return dpix;
   }
 
@@ -150,14 +176,7 @@ class Conv2d final : public Layer<T> {
     const std::int64_t rows = std::int64_t(dpix.extent(1));
     const bool accumulate = ctx.accumulate_gradients;
     if (config_.bias) {
-      auto db = bias_grad_;
-      Kokkos::parallel_for(
-          "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, config_.filters),
-          KOKKOS_LAMBDA(const std::int64_t f) {
-            T sum = T(0);
-            for (std::int64_t r = 0; r < rows; ++r) sum += dpix(f, r);
-            db(f) = (accumulate ? db(f) : T(0)) + sum;
-          });
+      bias_gradient<T>(ctx.space, dpix, bias_grad_, accumulate);
     }
     const Unmanaged cols(cols_.data(), g_.taps(), rows);
     detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
