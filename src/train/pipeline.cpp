@@ -9,6 +9,7 @@
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/finite.hpp"
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/train/plan.hpp"
 
@@ -26,6 +27,8 @@ GridShape checked_grid(const Deck& deck, MPI_Comm comm) {
 template <class T>
 Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
+  kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
+  (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
   const std::int64_t shard = largest_shard(deck, D);
