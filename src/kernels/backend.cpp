@@ -30,13 +30,16 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 //     than OpenBLAS' AVX-512 kernel at k = 64..1024).
 //   batched_gemm, attention float: oneDNN (one batched matmul over every
 //     (sample, head) instead of Kokkos Kernels' unblocked team GEMMs).
-//   conv2d: the convolution half of issue 21 sets its row.
+//   conv2d float: oneDNN (perf/bench_conv.cpp at the CNN deck's shapes:
+//     forward 2-3.5x, backward-data 1.2-2x, backward-weights 1.1-1.9x the
+//     portable im2col + GEMM; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 Implementation automatic(Primitive p, int scalar_bytes) {
   if (!has(Implementation::onednn, p, scalar_bytes)) return Implementation::portable;
   switch (p) {
     case Primitive::batched_gemm:
     case Primitive::attention:
+    case Primitive::conv2d:
       return Implementation::onednn;
     default:
       return Implementation::portable;
@@ -94,7 +97,7 @@ bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::portable) return true;
 #ifdef GPIPE_ENABLE_ONEDNN
   if (implementation == Implementation::onednn)
-    return host_memory && scalar_bytes == 4 && primitive != Primitive::conv2d;
+    return host_memory && scalar_bytes == 4;
 #else
   (void)primitive;
   (void)scalar_bytes;
