@@ -63,7 +63,7 @@ def run_gpipe(args, ranks, micro, kernels="auto"):
             launcher = [args.mpirun, "-n", str(ranks), "--bind-to", "none"]
             if os.geteuid() == 0:
                 launcher.append("--allow-run-as-root")
-            for k in cmp.blas_env_vars(env) + ["GPIPE_KERNELS"]:
+            for k in list(cmp.blas_env_vars(env)) + ["GPIPE_KERNELS"]:
                 launcher += ["-x", k]
             cmd = launcher + cmd
         cmp.wait_idle(args)
