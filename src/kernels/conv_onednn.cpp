@@ -1,18 +1,22 @@
 // oneDNN convolution of the kernel seam (gpipe/kernels/conv.hpp), float:
 // convolution forward (forward_training), backward-data and
-// backward-weights primitives with the direct algorithm, on plain memory
-// descriptors that match gpipe's layouts exactly (x and y nchw, w oihw,
-// b x), so every argument is the caller's View itself (no reorder, no
-// copy). One set of primitives per micro-batch size n, created on first use
-// and cached in the layer's object (onednn_common.hpp's Cache), so a
-// steady-state step creates none. Backward-weights writes dW and db; to add
-// them (accumulate) it writes into the layer's gradient workspace and one
-// Kokkos kernel adds that in.
+// backward-weights primitives with the direct algorithm, on the layouts
+// oneDNN picks (format `any`: blocked, e.g. nChw16c / OIhw16i16o, for its
+// AVX-512 direct kernels; with gpipe's plain nchw/oihw it falls back to its
+// im2col + GEMM kernel, 2-3x slower at the CNN deck's shapes). gpipe's
+// plain Views are reordered into the step's own buffers and back around
+// each primitive (a copy each, small next to the convolution). One set of
+// primitives and buffers per micro-batch size n, created on first use and
+// kept in the layer's object, so a steady-state step creates none.
+// Backward-weights writes dW and db; to add them (accumulate) it writes
+// into the layer's gradient workspace and one Kokkos kernel adds that in.
 //
 // Padding: pad_h/pad_w on the left and on the right, as in the portable
 // lowering; the output extent is then oneDNN's (H + 2 pad - K) / S + 1,
 // the same floor, so trailing input rows no window reaches are skipped.
 #include <map>
+#include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "conv_common.hpp"
@@ -47,13 +51,57 @@ void add_gradients(const ExecSpace& space, const Matrix<float>& dw, const Unmana
       });
 }
 
+// One convolution primitive with the layouts oneDNN chose for it (format
+// `any`: its blocked layouts, e.g. nChw16c, which its direct AVX-512 kernels
+// need): each argument that gpipe passes in its plain layout and that the
+// primitive wants in another is reordered into memory the step owns before
+// (inputs) or out of it after (outputs) the primitive runs; the others are
+// the caller's Views themselves. Everything is made once per step.
+struct Step {
+  struct Arg {
+    memory user;                  // the caller's View (handle set per call)
+    memory inner;                 // what the primitive reads or writes: user, or a buffer of the step
+    std::optional<dnnl::reorder> reorder;  // user -> inner (inputs) or inner -> user (outputs)
+    bool output = false;
+  };
+  dnnl::primitive primitive;
+  std::map<int, Arg> args;
+
+  void add(int arg, const memory::desc& user, const memory::desc& chosen, bool output) {
+    Arg a;
+    a.user = unbound(user);
+    a.output = output;
+    if (chosen == user) {
+      a.inner = a.user;
+    } else {
+      a.inner = memory(chosen, engine());  // owned by the step
+      a.reorder = output ? dnnl::reorder(a.inner, a.user) : dnnl::reorder(a.user, a.inner);
+    }
+    args.emplace(arg, std::move(a));
+  }
+
+  void run(std::initializer_list<std::pair<int, const void*>> handles) {
+    for (const auto& [arg, ptr] : handles) args.at(arg).user.set_data_handle(const_cast<void*>(ptr));
+    auto& s = stream();
+    std::unordered_map<int, memory> inner;
+    for (auto& [arg, a] : args) {
+      if (a.reorder && !a.output) a.reorder->execute(s, a.user, a.inner);
+      inner.emplace(arg, a.inner);
+    }
+    primitive.execute(s, inner);
+    for (auto& [arg, a] : args)
+      if (a.reorder && a.output) a.reorder->execute(s, a.inner, a.user);
+    s.wait();
+  }
+};
+
 class Conv2dOneDnn final : public Conv2d<float>::Impl {
  public:
   explicit Conv2dOneDnn(const ConvShape& s) : s_(s) {}
 
   void reserve(std::int64_t n) override {
-    // Primitives for n are made on first use (their creation is the
-    // expensive part; a cell calls with its micro-batch sizes only).
+    // Primitives for n are made on first use (a cell calls with its
+    // micro-batch sizes only).
     (void)n;
   }
 
@@ -61,7 +109,7 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
                Saved) override {
     space.fence();
     const bool bias = b.extent(0) > 0;
-    Entry& e = entries(std::int64_t(x.extent(0)), bias).forward;
+    Step& e = steps(std::int64_t(x.extent(0)), bias).forward;
     if (bias)
       e.run({{DNNL_ARG_SRC, x.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_BIAS, b.data()}, {DNNL_ARG_DST, y.data()}});
     else
@@ -71,15 +119,15 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
   void backward_data(const ExecSpace& space, ConstMatrix<float> dy, ConstMatrix<float> w,
                      Matrix<float> dx) override {
     space.fence();
-    Entry& e = data_entry(std::int64_t(dy.extent(0)));
-    e.run({{DNNL_ARG_DIFF_DST, dy.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_DIFF_SRC, dx.data()}});
+    data_step(std::int64_t(dy.extent(0)))
+        .run({{DNNL_ARG_DIFF_DST, dy.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_DIFF_SRC, dx.data()}});
   }
 
   void backward_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> dy, Saved,
                         Matrix<float> dw, Bias db, bool accumulate) override {
     space.fence();
     const bool bias = db.extent(0) > 0;
-    Entry& e = entries(std::int64_t(x.extent(0)), bias).weights;
+    Step& e = steps(std::int64_t(x.extent(0)), bias).weights;
     float* w_out = dw.data();
     float* b_out = bias ? db.data() : nullptr;
     if (accumulate) {
@@ -110,76 +158,86 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
 
  private:
   struct Set {
-    Entry forward, weights;
+    Step forward, weights;
   };
 
-  memory::desc src_md(std::int64_t n) const {
-    return memory::desc({n, s_.channels, s_.height, s_.width}, f32, tag::nchw);
+  memory::desc src_md(std::int64_t n, tag t = tag::nchw) const {
+    return memory::desc({n, s_.channels, s_.height, s_.width}, f32, t);
   }
-  memory::desc weights_md() const {
-    return memory::desc({s_.filters, s_.channels, s_.kernel_h, s_.kernel_w}, f32, tag::oihw);
+  memory::desc weights_md(tag t = tag::oihw) const {
+    return memory::desc({s_.filters, s_.channels, s_.kernel_h, s_.kernel_w}, f32, t);
   }
-  memory::desc dst_md(std::int64_t n) const {
-    return memory::desc({n, s_.filters, s_.out_h(), s_.out_w()}, f32, tag::nchw);
+  memory::desc dst_md(std::int64_t n, tag t = tag::nchw) const {
+    return memory::desc({n, s_.filters, s_.out_h(), s_.out_w()}, f32, t);
   }
   dims strides() const { return {s_.stride_h, s_.stride_w}; }
   dims padding() const { return {s_.pad_h, s_.pad_w}; }
 
-  // The backward-data primitive for n samples (bias plays no part), made once.
-  Entry& data_entry(std::int64_t n) {
+  dnnl::convolution_forward::primitive_desc forward_pd(std::int64_t n, bool bias) const {
+    const auto any = tag::any;
+    const memory::desc bia({s_.filters}, f32, tag::x);
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    const auto kind = dnnl::prop_kind::forward_training;
+    const auto d = bias ? dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any), weights_md(any), bia,
+                                                          dst_md(n, any), strides(), padding(), padding())
+                        : dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any), weights_md(any),
+                                                          dst_md(n, any), strides(), padding(), padding());
+    return dnnl::convolution_forward::primitive_desc(d, engine());
+  }
+
+  // The backward-data step for n samples (bias plays no part), made once.
+  Step& data_step(std::int64_t n) {
     auto it = data_.find(n);
     if (it != data_.end()) return it->second;
-    const auto src = src_md(n), wei = weights_md(), dst = dst_md(n);
+    const auto any = tag::any;
     const auto algorithm = dnnl::algorithm::convolution_direct;
-    const dnnl::convolution_forward::primitive_desc hint(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, wei, dst, strides(),
-                                        padding(), padding()),
-        engine());
     const dnnl::convolution_backward_data::primitive_desc pd(
-        dnnl::convolution_backward_data::desc(algorithm, src, wei, dst, strides(), padding(), padding()), engine(),
-        hint);
-    Entry e;
+        dnnl::convolution_backward_data::desc(algorithm, src_md(n, any), weights_md(any), dst_md(n, any), strides(),
+                                              padding(), padding()),
+        engine(), forward_pd(n, false));
+    Step e;
     e.primitive = dnnl::convolution_backward_data(pd);
-    e.args = {{DNNL_ARG_DIFF_SRC, unbound(src)}, {DNNL_ARG_WEIGHTS, unbound(wei)}, {DNNL_ARG_DIFF_DST, unbound(dst)}};
+    e.add(DNNL_ARG_DIFF_DST, dst_md(n), pd.diff_dst_desc(), false);
+    e.add(DNNL_ARG_WEIGHTS, weights_md(), pd.weights_desc(), false);
+    e.add(DNNL_ARG_DIFF_SRC, src_md(n), pd.diff_src_desc(), true);
     count_conv2d_primitives(1);
     return data_.emplace(n, std::move(e)).first->second;
   }
 
-  // The forward and backward-weights primitives for n samples (with or
-  // without bias), made once.
-  Set& entries(std::int64_t n, bool bias) {
+  // The forward and backward-weights steps for n samples (with or without
+  // bias), made once.
+  Set& steps(std::int64_t n, bool bias) {
     const std::vector<std::int64_t> key{n, bias ? 1 : 0};
     auto it = sets_.find(key);
     if (it != sets_.end()) return it->second;
-    const auto src = src_md(n), wei = weights_md(), dst = dst_md(n);
+    const auto any = tag::any;
     const memory::desc bia({s_.filters}, f32, tag::x);
-    const dims strides = this->strides(), pad_l = padding(), pad_r = padding();
-    const auto algorithm = dnnl::algorithm::convolution_direct;
-    const auto fd = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, wei,
-                                                           bia, dst, strides, pad_l, pad_r)
-                         : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algorithm, src, wei,
-                                                           dst, strides, pad_l, pad_r);
-    const dnnl::convolution_forward::primitive_desc fpd(fd, engine());
+    const auto fpd = forward_pd(n, bias);
     Set set;
     set.forward.primitive = dnnl::convolution_forward(fpd);
-    set.forward.args = {{DNNL_ARG_SRC, unbound(src)}, {DNNL_ARG_WEIGHTS, unbound(wei)}, {DNNL_ARG_DST, unbound(dst)}};
-    if (bias) set.forward.args.emplace(DNNL_ARG_BIAS, unbound(bia));
+    set.forward.add(DNNL_ARG_SRC, src_md(n), fpd.src_desc(), false);
+    set.forward.add(DNNL_ARG_WEIGHTS, weights_md(), fpd.weights_desc(), false);
+    if (bias) set.forward.add(DNNL_ARG_BIAS, bia, fpd.bias_desc(), false);
+    set.forward.add(DNNL_ARG_DST, dst_md(n), fpd.dst_desc(), true);
 
-    const auto wd = bias ? dnnl::convolution_backward_weights::desc(algorithm, src, wei, bia, dst, strides, pad_l,
-                                                                     pad_r)
-                         : dnnl::convolution_backward_weights::desc(algorithm, src, wei, dst, strides, pad_l, pad_r);
+    const auto algorithm = dnnl::algorithm::convolution_direct;
+    const auto wd = bias ? dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any), weights_md(any), bia,
+                                                                     dst_md(n, any), strides(), padding(), padding())
+                         : dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any), weights_md(any),
+                                                                     dst_md(n, any), strides(), padding(), padding());
     const dnnl::convolution_backward_weights::primitive_desc wpd(wd, engine(), fpd);
     set.weights.primitive = dnnl::convolution_backward_weights(wpd);
-    set.weights.args = {{DNNL_ARG_SRC, unbound(src)}, {DNNL_ARG_DIFF_DST, unbound(dst)},
-                        {DNNL_ARG_DIFF_WEIGHTS, unbound(wei)}};
-    if (bias) set.weights.args.emplace(DNNL_ARG_DIFF_BIAS, unbound(bia));
+    set.weights.add(DNNL_ARG_SRC, src_md(n), wpd.src_desc(), false);
+    set.weights.add(DNNL_ARG_DIFF_DST, dst_md(n), wpd.diff_dst_desc(), false);
+    set.weights.add(DNNL_ARG_DIFF_WEIGHTS, weights_md(), wpd.diff_weights_desc(), true);
+    if (bias) set.weights.add(DNNL_ARG_DIFF_BIAS, bia, wpd.diff_bias_desc(), true);
     count_conv2d_primitives(2);
     return sets_.emplace(key, std::move(set)).first->second;
   }
 
   ConvShape s_;
   std::map<std::vector<std::int64_t>, Set> sets_;  // by (n, bias)
-  std::map<std::int64_t, Entry> data_;             // by n
+  std::map<std::int64_t, Step> data_;              // by n
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> tmp_w_;
   Kokkos::View<float*, MemSpace> tmp_b_;
 };
