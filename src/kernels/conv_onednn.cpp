@@ -66,6 +66,7 @@ struct Step {
   };
   dnnl::primitive primitive;
   std::map<int, Arg> args;
+  std::unordered_map<int, memory> inner;  // the primitive's arguments (handles shared with args)
 
   void add(int arg, const memory::desc& user, const memory::desc& chosen, bool output) {
     Arg a;
@@ -77,17 +78,15 @@ struct Step {
       a.inner = memory(chosen, engine());  // owned by the step
       a.reorder = output ? dnnl::reorder(a.inner, a.user) : dnnl::reorder(a.user, a.inner);
     }
+    inner.emplace(arg, a.inner);
     args.emplace(arg, std::move(a));
   }
 
   void run(std::initializer_list<std::pair<int, const void*>> handles) {
     for (const auto& [arg, ptr] : handles) args.at(arg).user.set_data_handle(const_cast<void*>(ptr));
     auto& s = stream();
-    std::unordered_map<int, memory> inner;
-    for (auto& [arg, a] : args) {
+    for (auto& [arg, a] : args)
       if (a.reorder && !a.output) a.reorder->execute(s, a.user, a.inner);
-      inner.emplace(arg, a.inner);
-    }
     primitive.execute(s, inner);
     for (auto& [arg, a] : args)
       if (a.reorder && a.output) a.reorder->execute(s, a.inner, a.user);
