@@ -153,7 +153,8 @@ std::string build_description() {
       << b.memory_space << "\n";
   out << "HDF5 " << b.hdf5 << "\n";
   out << "MPI: " << b.mpi << ", GPU-aware MPI: " << (b.gpu_aware_mpi ? "on" : "off (host staging)") << "\n";
-  out << kernels::build_summary() << "; selected " << kernels::selection_summary();
+  out << kernels::build_summary() << "\n";
+  out << "kernels selected " << kernels::selection_summary();
   return out.str();
 }
 

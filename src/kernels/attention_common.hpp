@@ -47,17 +47,21 @@ void masked_softmax(const ExecSpace& space, T* probs, std::int64_t rows, std::in
       });
 }
 
-// dS = P .* (dP - rowsum(P .* dP)) in place of dP (masked entries: P = 0).
+// dS = P .* (dP - rowsum(P .* dP)) in place of dP. Causal: the masked
+// entries (s > t, where P is exactly 0) are written 0 without being read.
 template <class T>
-void softmax_backward(const ExecSpace& space, const T* probs, T* dprobs, std::int64_t rows, std::int64_t tokens) {
+void softmax_backward(const ExecSpace& space, const T* probs, T* dprobs, std::int64_t rows, std::int64_t tokens,
+                      bool causal) {
   Kokkos::parallel_for(
       "gpipe::kernels::attention::softmax_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
       KOKKOS_LAMBDA(const std::int64_t r) {
         const T* p = probs + r * tokens;
         T* dp = dprobs + r * tokens;
+        const std::int64_t last = causal ? r % tokens : tokens - 1;
         T dot = T(0);
-        for (std::int64_t s = 0; s < tokens; ++s) dot += p[s] * dp[s];
-        for (std::int64_t s = 0; s < tokens; ++s) dp[s] = p[s] * (dp[s] - dot);
+        for (std::int64_t s = 0; s <= last; ++s) dot += p[s] * dp[s];
+        for (std::int64_t s = 0; s <= last; ++s) dp[s] = p[s] * (dp[s] - dot);
+        for (std::int64_t s = last + 1; s < tokens; ++s) dp[s] = T(0);
       });
 }
 
@@ -84,7 +88,7 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   T *dq = d_qkv.data(), *dk = dq + L.d, *dv = dq + 2 * L.d, *ds = work.data();
   batched(space, Op::transpose, Op::none, L.n, L.H, T(1), p, L.probs, dout, L.out, T(0), dv, L.qkv);
   batched(space, Op::none, Op::transpose, L.n, L.H, T(1), dout, L.out, v, L.qkv, T(0), ds, L.probs);
-  softmax_backward<T>(space, p, ds, L.n * L.H * L.T, L.T);
+  softmax_backward<T>(space, p, ds, L.n * L.H * L.T, L.T, shape.causal);
   batched(space, Op::none, Op::none, L.n, L.H, scale, ds, L.probs, k, L.qkv, T(0), dq, L.qkv);
   batched(space, Op::transpose, Op::none, L.n, L.H, scale, ds, L.probs, q, L.qkv, T(0), dk, L.qkv);
 }

@@ -23,27 +23,22 @@ std::atomic<int> chosen{int(Choice::automatic)};
 // oneDNN runs on host memory only.
 constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
-// The implementation `auto` picks, by measurement (perf/bench_kernels.cpp,
-// perf/README.md "Kernel seam"; Intel Xeon with AVX-512 and AMX, one thread):
-//   gemm, gemm_bias float: portable. OpenBLAS sgemm beats Debian's oneDNN
-//     2.6.3 fp32 matmul at every deck shape (oneDNN's f32 brgemm is slower
-//     than OpenBLAS' AVX-512 kernel at k = 64..1024).
-//   batched_gemm, attention float: oneDNN (one batched matmul over every
-//     (sample, head) instead of Kokkos Kernels' unblocked team GEMMs).
-//   conv2d float: oneDNN (perf/bench_conv.cpp at the CNN deck's shapes:
-//     forward 2-3.5x, backward-data 1.2-2x, backward-weights 1.1-1.9x the
-//     portable im2col + GEMM; perf/README.md "Convolution").
+// The implementation `auto` picks, by measurement (perf/bench_seam.cpp;
+// perf/README.md, "Kernel seam"; Intel Xeon with AVX-512 and AMX, one
+// thread, Debian's OpenBLAS 0.3.21 and oneDNN 2.6.3):
+//   float: oneDNN for every primitive it has. Its f32 matmul ran 3-4x
+//     OpenBLAS' sgemm at every deck shape as the machine is set up (OpenBLAS
+//     detects the virtual CPU as Prescott and runs SSE3 kernels) and at or
+//     above it with OPENBLAS_CORETYPE=SkylakeX; its batched matmul ran 3-5x
+//     the KokkosBatched team GEMMs on the attention products (16 x 16 x 16);
+//     and it gives a row the same bits whatever the call's row count.
+//   conv2d float: oneDNN too (perf/bench_conv.cpp at the CNN deck's
+//     shapes: its direct AVX-512 kernels on blocked layouts ran forward
+//     1-4x and backward-weights 1-3.8x the raw GEMM rate, the portable
+//     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 Implementation automatic(Primitive p, int scalar_bytes) {
-  if (!has(Implementation::onednn, p, scalar_bytes)) return Implementation::portable;
-  switch (p) {
-    case Primitive::batched_gemm:
-    case Primitive::attention:
-    case Primitive::conv2d:
-      return Implementation::onednn;
-    default:
-      return Implementation::portable;
-  }
+  return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
 
 std::optional<Choice> from_environment() {
