@@ -91,6 +91,7 @@ std::vector<Implementation> available() {
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::portable) return true;
 #ifdef GPIPE_ENABLE_ONEDNN
+  (void)primitive;  // every primitive has a oneDNN implementation at float
   if (implementation == Implementation::onednn)
     return host_memory && scalar_bytes == 4;
 #else
