@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -316,6 +317,25 @@ TEST(ConvKernels, SavedStatePerSample) {
   EXPECT_EQ(kernels::conv2d_saved_per_sample(s, Implementation::portable), 27 * 9);
   EXPECT_EQ(kernels::conv2d_saved_per_sample(s, Implementation::onednn), 0);
   EXPECT_EQ(Conv2d<double>(s, Implementation::portable).saved_per_sample(), 27 * 9);
+}
+
+// The registry entry's saved size (what the buffer plan and the cell's
+// activation bytes count) follows the float conv2d implementation in force:
+// the portable columns, or nothing for oneDNN; conv1d alike.
+TEST(ConvKernels, LayerSavedSizeFollowsTheImplementation) {
+  if (std::getenv("GPIPE_KERNELS") != nullptr) GTEST_SKIP() << "GPIPE_KERNELS overrides the choice";
+  const auto conv2d = parse_layer("{type: conv2d, filters: 4, kernel: 3, stride: 2, padding: 1}");
+  const auto conv1d = parse_layer("{type: conv1d, filters: 2, kernel: 3}");
+  kernels::select(kernels::Choice::portable);
+  EXPECT_EQ(layer_shape(conv2d, Shape{3, 6, 5}).saved.per_sample, 27 * 9);  // taps 27, OH 3 x OW 3
+  EXPECT_EQ(layer_shape(conv1d, Shape{3, 9}).saved.per_sample, 9 * 7);      // taps 9, OL 7
+  EXPECT_EQ(make_layer<float>(layer_shape(conv2d, Shape{3, 6, 5}))->saved_size().per_sample, 27 * 9);
+  if (has_onednn()) {
+    kernels::select(kernels::Choice::onednn);
+    EXPECT_EQ(layer_shape(conv2d, Shape{3, 6, 5}).saved.per_sample, 0);
+    EXPECT_EQ(layer_shape(conv1d, Shape{3, 9}).saved.per_sample, 0);
+  }
+  kernels::select(kernels::Choice::automatic);
 }
 
 TEST(ConvKernels, BadExtentsThrowNamingThem) {
