@@ -65,30 +65,43 @@ void softmax_backward(const ExecSpace& space, const T* probs, T* dprobs, std::in
       });
 }
 
-template <class T, class Batched>
+// The shared Kokkos softmax pair (the portable implementation's).
+struct KokkosSoftmax {
+  template <class T>
+  void forward(const ExecSpace& space, T* probs, std::int64_t rows, std::int64_t tokens, bool causal) const {
+    masked_softmax<T>(space, probs, rows, tokens, causal);
+  }
+  template <class T>
+  void backward(const ExecSpace& space, const T* probs, T* dprobs, std::int64_t rows, std::int64_t tokens,
+                bool causal) const {
+    softmax_backward<T>(space, probs, dprobs, rows, tokens, causal);
+  }
+};
+
+template <class T, class Batched, class Softmax = KokkosSoftmax>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv, Matrix<T> probs,
-                       Matrix<T> out, Batched batched) {
+                       Matrix<T> out, Batched batched, Softmax softmax = {}) {
   const AttentionLayout L(shape);
   const T scale = T(1) / T(std::sqrt(double(L.dh)));
   const T* q = qkv.data();
   batched(space, Op::none, Op::transpose, L.n, L.H, scale, q, L.qkv, q + L.d, L.qkv, T(0), probs.data(),
           L.probs);
-  masked_softmax<T>(space, probs.data(), L.n * L.H * L.T, L.T, shape.causal);
+  softmax.forward(space, probs.data(), L.n * L.H * L.T, L.T, shape.causal);
   batched(space, Op::none, Op::none, L.n, L.H, T(1), probs.data(), L.probs, q + 2 * L.d, L.qkv, T(0),
           out.data(), L.out);
 }
 
-template <class T, class Batched>
+template <class T, class Batched, class Softmax = KokkosSoftmax>
 void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv,
                         ConstMatrix<T> probs, ConstMatrix<T> d_out, Matrix<T> work, Matrix<T> d_qkv,
-                        Batched batched) {
+                        Batched batched, Softmax softmax = {}) {
   const AttentionLayout L(shape);
   const T scale = T(1) / T(std::sqrt(double(L.dh)));
   const T *q = qkv.data(), *k = q + L.d, *v = q + 2 * L.d, *p = probs.data(), *dout = d_out.data();
   T *dq = d_qkv.data(), *dk = dq + L.d, *dv = dq + 2 * L.d, *ds = work.data();
   batched(space, Op::transpose, Op::none, L.n, L.H, T(1), p, L.probs, dout, L.out, T(0), dv, L.qkv);
   batched(space, Op::none, Op::transpose, L.n, L.H, T(1), dout, L.out, v, L.qkv, T(0), ds, L.probs);
-  softmax_backward<T>(space, p, ds, L.n * L.H * L.T, L.T, shape.causal);
+  softmax.backward(space, p, ds, L.n * L.H * L.T, L.T, shape.causal);
   batched(space, Op::none, Op::none, L.n, L.H, scale, ds, L.probs, k, L.qkv, T(0), dq, L.qkv);
   batched(space, Op::transpose, Op::none, L.n, L.H, scale, ds, L.probs, q, L.qkv, T(0), dk, L.qkv);
 }

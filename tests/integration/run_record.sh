@@ -10,7 +10,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
 args=(--set data.train_limit=512 --set data.test_limit=64 --set training.epochs=1
-      --set training.progress_every=2 --set optimizer.lr=0.002 --set optimizer.schedule=constant)
+      --set training.progress_every=2 --set optimizer.lr=0.002 --set optimizer.schedule=constant
+      --set kernels=portable)
 
 # --quiet: nothing on stdout; the summary and the trace carry the record.
 SLURM_JOB_ID=4242 "$mpiexec" -n 2 "$@" "$exe" "$deck" "${args[@]}" --quiet --summary "$tmp/s.json" \
@@ -33,6 +34,8 @@ checks = {
                        and sorted(sum(r["hosts"].values(), [])) == [0, 1],
     "Slurm job id": r["slurm_job_id"] == "4242",
     "versions": all(r["versions"].get(k) for k in ("gpipe", "kokkos", "mpi", "hdf5")),
+    "kernels (deck's kernels: portable)": r["kernels"]["built"].startswith("kernels: portable (")
+                and r["kernels"]["selected"].startswith("portable: gemm float portable, gemm double portable,"),
     "start and end time": bool(t.match(r["start_time"])) and bool(t.match(r["end_time"]))
                           and r["start_time"] <= r["end_time"],
     "machine load": isinstance(s["machine_load"]["start"], float) and "end" in s["machine_load"],
@@ -47,7 +50,7 @@ if bad:
 sys.exit(len(bad))
 PYEOF
 n=$?
-passed=$((passed + 10 - n)); failed=$((failed + n))
+passed=$((passed + 11 - n)); failed=$((failed + n))
 
 # default: progress lines with time of day, lr and ETA; --verbose: timestamped debug record
 "$mpiexec" -n 1 "$@" "$exe" "$deck" "${args[@]}" --verbose >"$tmp/v.out" 2>&1

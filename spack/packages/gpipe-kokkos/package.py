@@ -78,6 +78,11 @@ class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
         description="Kokkos Kernels with the vendor BLAS TPL for gemm: "
         "cuBLAS (+cuda), rocBLAS (+rocm), BLAS e.g. OpenBLAS (host backends)",
     )
+    variant(
+        "onednn",
+        default=False,
+        description="oneDNN implementation of the kernel seam (x86 CPUs; GPIPE_ENABLE_ONEDNN)",
+    )
     variant("tests", default=False, description="Build the GoogleTest suite (GPIPE_ENABLE_TESTS)")
     variant(
         "benchmarks",
@@ -105,6 +110,7 @@ class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
 
     # Kokkos' backends follow ours: a Kokkos with a device backend we were not
     # asked for would make that device the default execution space.
+    depends_on("onednn", when="+onednn")
     depends_on("kokkos+openmp", when="+openmp")
     depends_on("kokkos~cuda", when="~cuda")
     depends_on("kokkos~rocm", when="~rocm")
@@ -165,6 +171,8 @@ class GpipeKokkos(CMakePackage, CudaPackage, ROCmPackage):
             self.define_from_variant("GPIPE_ENABLE_TESTS", "tests"),
             self.define_from_variant("GPIPE_ENABLE_BENCHMARKS", "benchmarks"),
             self.define_from_variant("GPIPE_ENABLE_GPU_AWARE_MPI", "gpu_aware_mpi"),
+            # explicit either way: not switched on by a oneDNN that happens to be on the system
+            self.define_from_variant("GPIPE_ENABLE_ONEDNN", "onednn"),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
             self.define("KokkosKernels_ROOT", spec["kokkos-kernels"].prefix),
         ]
