@@ -20,10 +20,12 @@
 //             backward never recomputes them; the bias gradient is a team
 //             reduction in a fixed order. Float and double.
 //   onednn    oneDNN convolution forward / backward-data / backward-weights
-//             primitives (direct algorithm, plain nchw/oihw memory on the
-//             caller's Views, no copy), created once per (shape, n) and cached,
-//             so a steady-state step creates none. Float only (oneDNN has no
-//             f64 convolution on CPUs); needs no saved state.
+//             primitives (direct algorithm) on the layouts oneDNN picks
+//             (blocked, for its AVX-512 kernels), with reorders from and to
+//             the caller's plain Views around each call; primitives and
+//             their buffers created once per (shape, n) and kept by the
+//             object, so a steady-state step creates none. Float only
+//             (oneDNN has no f64 convolution on CPUs); needs no saved state.
 //
 // Determinism: every implementation gives bitwise the same result for the
 // same inputs and call sequence (repeatable; no atomics), and each sample's
