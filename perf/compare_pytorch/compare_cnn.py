@@ -7,9 +7,12 @@ Rows (each side alternated --repeats times, best kept, all runs printed):
   PyTorch, 1 process, accumulating the deck's M = 8 (like for like)
   gpipe-train, 1 rank, the deck's M = 8, and M = 1
   gpipe-train, 2 ranks (the deck's 2-cell pipeline, M = 8)
+the gpipe-train rows once per kernel choice of --kernels (GPIPE_KERNELS:
+auto, portable, onednn; default auto).
 
-The goal of the architectures issue: gpipe-train at 1 process >= PyTorch's
-plain loop. Same fair conditions as compare.py (one BLAS/OpenMP thread per
+Targets (issue 21, printed met/missed at the end): gpipe-train >= 1.1x
+PyTorch's plain loop at 1 rank, at M = 1 and at the deck's M; >= 1.6x it at
+2 ranks. Same fair conditions as compare.py (one BLAS/OpenMP thread per
 process, the same OpenBLAS environment; synthetic data for PyTorch, real
 Fashion-MNIST for gpipe-train, whose training-only samples/s comes from its
 --summary JSON). Run with Debian's /usr/bin/python3 after
@@ -45,8 +48,9 @@ def run_torch(args, micro):
     raise RuntimeError("PyTorch run failed: %s\n%s" % (shlex.join(cmd), out[-3000:]))
 
 
-def run_gpipe(args, ranks, micro):
+def run_gpipe(args, ranks, micro, kernels="auto"):
     env = cmp.base_env(args)
+    env["GPIPE_KERNELS"] = kernels
     with tempfile.TemporaryDirectory() as tmp:
         summary = os.path.join(tmp, "summary.json")
         cmd = [args.gpipe_train, args.deck,
@@ -59,19 +63,19 @@ def run_gpipe(args, ranks, micro):
             launcher = [args.mpirun, "-n", str(ranks), "--bind-to", "none"]
             if os.geteuid() == 0:
                 launcher.append("--allow-run-as-root")
-            for k in cmp.blas_env_vars(env):
+            for k in list(cmp.blas_env_vars(env)) + ["GPIPE_KERNELS"]:
                 launcher += ["-x", k]
             cmd = launcher + cmd
         cmp.wait_idle(args)
         with cmp.ForeignLoad() as fl:
             rc, out = cmp.run_child(cmd, env, ROOT)
-        cmp.log(args, "gpipe_cnn ranks=%d M=%d" % (ranks, micro), out)
+        cmp.log(args, "gpipe_cnn ranks=%d M=%d kernels=%s" % (ranks, micro, kernels), out)
         if rc != 0 or not os.path.exists(summary):
             raise RuntimeError("gpipe-train failed (%d): %s\n%s" % (rc, shlex.join(cmd), out[-3000:]))
         with open(summary) as f:
             res = json.load(f)
     res["foreign_load"] = fl.cores
-    res["command"] = shlex.join(cmd)
+    res["command"] = "GPIPE_KERNELS=%s " % kernels + shlex.join(cmd)
     return res
 
 
@@ -89,13 +93,18 @@ def main(argv=None):
     p.add_argument("--wait-idle", type=float, default=0, metavar="S")
     p.add_argument("--log-dir", default=None)
     p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("--kernels", default="auto",
+                   help="comma-separated kernel choices for the gpipe-train rows (GPIPE_KERNELS; default auto)")
     args = p.parse_args(argv)
 
     rows = [("PyTorch, 1 process, plain loop (M = 1)", lambda: run_torch(args, 1)),
-            ("PyTorch, 1 process, M = 8 accumulated", lambda: run_torch(args, 8)),
-            ("gpipe-train, 1 rank, M = 8 (deck)", lambda: run_gpipe(args, 1, 8)),
-            ("gpipe-train, 1 rank, M = 1", lambda: run_gpipe(args, 1, 1)),
-            ("gpipe-train, 2 ranks, M = 8 (deck)", lambda: run_gpipe(args, 2, 8))]
+            ("PyTorch, 1 process, M = 8 accumulated", lambda: run_torch(args, 8))]
+    targets = []  # (row, factor)
+    for k in args.kernels.split(","):
+        rows += [("gpipe-train %s, 1 rank, M = 8 (deck)" % k, lambda k=k: run_gpipe(args, 1, 8, k)),
+                 ("gpipe-train %s, 1 rank, M = 1" % k, lambda k=k: run_gpipe(args, 1, 1, k)),
+                 ("gpipe-train %s, 2 ranks, M = 8 (deck)" % k, lambda k=k: run_gpipe(args, 2, 8, k))]
+        targets += [(rows[-3][0], 1.1), (rows[-2][0], 1.1), (rows[-1][0], 1.6)]
     results = {name: [] for name, _ in rows}
     print("load before: %s; other busy processes: %s" % (cmp.load(), cmp.busy_processes()), flush=True)
     for rep in range(args.repeats):
@@ -110,6 +119,12 @@ def main(argv=None):
     for name, _ in rows:
         best = max(r["samples_per_second"] for r in results[name])
         print("| %s | %.0f | %.2f |" % (name, best, best / ref))
+    print("\nTargets (x PyTorch plain loop):")
+    for name, factor in targets:
+        got = max(r["samples_per_second"] for r in results[name]) / ref
+        print("  %-45s >= %.1fx: %.2fx %s" % (name, factor, got, "met" if got >= factor else "MISSED"))
+    for name, _ in rows[2:]:
+        print("  command: %s" % results[name][0]["command"])
     torch0 = results[rows[0][0]][0]
     print("\nPyTorch %s, oneDNN (mkldnn) available: %s, threads %d; load after: %s"
           % (torch0["torch"], torch0["mkldnn"], torch0["threads"], cmp.load()))

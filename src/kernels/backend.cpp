@@ -32,10 +32,12 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 //     above it with OPENBLAS_CORETYPE=SkylakeX; its batched matmul ran 3-5x
 //     the KokkosBatched team GEMMs on the attention products (16 x 16 x 16);
 //     and it gives a row the same bits whatever the call's row count.
-//   conv2d: the convolution half of issue 21 sets its row.
+//   conv2d float: oneDNN too (perf/bench_conv.cpp at the CNN deck's
+//     shapes: its direct AVX-512 kernels on blocked layouts ran forward
+//     1-4x and backward-weights 1-3.8x the raw GEMM rate, the portable
+//     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 Implementation automatic(Primitive p, int scalar_bytes) {
-  if (p == Primitive::conv2d) return Implementation::portable;
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
 
@@ -89,8 +91,9 @@ std::vector<Implementation> available() {
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::portable) return true;
 #ifdef GPIPE_ENABLE_ONEDNN
+  (void)primitive;  // every primitive has a oneDNN implementation at float
   if (implementation == Implementation::onednn)
-    return host_memory && scalar_bytes == 4 && primitive != Primitive::conv2d;
+    return host_memory && scalar_bytes == 4;
 #else
   (void)primitive;
   (void)scalar_bytes;

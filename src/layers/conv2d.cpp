@@ -1,7 +1,8 @@
 // conv2d and conv1d: 2-D convolution (cross-correlation, as in every
 // framework) over images [C, H, W], and 1-D convolution over signals [C, L]
-// (the same layer with H = 1 and a 1 x K kernel), lowered to one GEMM per
-// micro-batch through the one im2col/col2im of im2col.hpp.
+// (the same layer with H = 1 and a 1 x K kernel), both through the kernel
+// seam's convolution (gpipe/kernels/conv.hpp: portable im2col + GEMM, or
+// oneDNN's convolution primitives; docs/design.md "Convolution lowering").
 //
 // Deck: {type: conv2d, filters: F, kernel: K, stride: 1, padding: valid, bias: true}
 //       {type: conv1d, ...the same keys}: input [C, L], output [F, OL],
@@ -10,15 +11,13 @@
 // Input [C, H, W]; output [F, OH, OW], OH = (H + 2 pad - K) / stride + 1 (floor).
 // Parameters: "weight" (F, C*K*K) row-major (PyTorch's (F, C, K, K)), He
 // uniform with fan-in C*K*K; "bias" (1, F), zero (when bias: true).
-// forward:  cols = im2col(x) (C*K*K, n*P), P = OH*OW; pix = W cols (F, n*P)
-//           (one KokkosBlas::gemm); y(i, f*P + p) = pix(f, i*P + p) + b(f).
-// backward: dpix from dy (the same reordering); db += row sums of dpix
-//           (fixed order); dW += dpix cols^T; dcols = W^T dpix; dx = col2im(dcols).
-//           Split for zero-bubble schedules: W = (dpix, db, im2col, dW),
-//           B = (dpix, dcols, col2im); the reordering runs in both.
+// Split for zero-bubble schedules: W = backward_weights (dW, db),
+// B = backward_input (dx).
 // FLOPs: 2 n P C K^2 F each for forward, dW and dx (dx skipped for the
 // model's first layer), plus n P F for the bias forward and again backward.
-// Workspace (reserve()): cols (C*K*K, n*P) and pix (F, n*P); no saved state.
+// Saved state: what the seam's implementation keeps from forward to
+// backward (portable: the columns, C K^2 P per sample; oneDNN: none);
+// workspace (reserve()): the implementation's.
 
 #include <fmt/format.h>
 
@@ -26,7 +25,7 @@
 
 #include "gpipe/core/rng.hpp"
 #include "gpipe/layers/layer.hpp"
-#include "gemm.hpp"
+#include "gpipe/kernels/conv.hpp"
 #include "im2col.hpp"
 
 namespace gpipe {
@@ -43,14 +42,37 @@ detail::Window2d window(const Conv2dConfig& c, const Shape& in) {
   return detail::square_window(in, c.kernel, c.stride, c.padding);
 }
 
+kernels::ConvShape conv_shape(const Conv2dConfig& c, const Shape& in) {
+  const auto g = window(c, in);
+  kernels::ConvShape s;
+  s.channels = g.channels;
+  s.height = g.height;
+  s.width = g.width;
+  s.filters = c.filters;
+  s.kernel_h = g.kernel_h;
+  s.kernel_w = g.kernel_w;
+  s.stride_h = g.stride_h;
+  s.stride_w = g.stride_w;
+  s.pad_h = g.pad_h;
+  s.pad_w = g.pad_w;
+  return s;
+}
+
+// The heavy work runs behind the kernel seam (gpipe/kernels/conv.hpp); the
+// layer binds parameters, initializes them and maps the layer interface
+// onto the seam's calls. Its kernels (initialize) live in public members:
+// nvcc rejects an extended lambda in a private member function
+// (scripts/check_device_lambdas.py, ctest scripts_device_lambdas).
 template <class T>
 class Conv2d final : public Layer<T> {
  public:
   explicit Conv2d(const LayerShape& shape)
-      : Layer<T>(shape), config_(shape.spec.as<Conv2dConfig>()), g_(window(config_, shape.input)) {}
+      : Layer<T>(shape),
+        config_(shape.spec.as<Conv2dConfig>()),
+        conv_(conv_shape(config_, shape.input), kernels::conv2d_implementation<T>()) {}
 
   void bind(T* values, T* gradients) override {
-    const auto F = config_.filters, taps = g_.taps();
+    const auto F = config_.filters, taps = conv_.shape().taps();
     weight_ = Unmanaged(values, F, taps);
     weight_grad_ = Unmanaged(gradients, F, taps);
     if (config_.bias) {
@@ -60,7 +82,7 @@ class Conv2d final : public Layer<T> {
   }
 
   void initialize(std::uint64_t seed) override {
-    const auto F = config_.filters, taps = g_.taps();
+    const auto F = config_.filters, taps = conv_.shape().taps();
     const double a = std::sqrt(6.0 / double(taps));
     const std::uint64_t layer = std::uint64_t(this->index());
     auto w = weight_;
@@ -73,110 +95,50 @@ class Conv2d final : public Layer<T> {
     if (config_.bias) Kokkos::deep_copy(bias_, T(0));
   }
 
-  void reserve(std::int64_t rows) override {
-    const auto P = g_.pixels();
-    if (std::int64_t(cols_.extent(1)) >= rows * P) return;
-    cols_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::cols"),
-                    g_.taps(), rows * P);
-    pix_ = Managed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Conv2d::pixels"),
-                   config_.filters, rows * P);
+  void reserve(std::int64_t rows) override { conv_.reserve(rows); }
+
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
+    conv_.forward(ctx.space, x, weight_, bias_, y, ctx.training ? columns(saved, x) : Saved());
   }
 
-  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
-    const std::int64_t n = std::int64_t(x.extent(0)), P = g_.pixels(), F = config_.filters;
-    reserve(n);
-    const Unmanaged cols(cols_.data(), g_.taps(), n * P), pix(pix_.data(), F, n * P);
-    detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    detail::gemm(ctx.space, "N", "N", T(1), weight_, cols, T(0), pix);
-    const bool has_bias = config_.bias;
-    auto b = bias_;
-    Kokkos::parallel_for(
-        "gpipe::Conv2d::forward_output", RowPolicy(n * F, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const RowMember& team) {
-          const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
-          const T bias = has_bias ? b(f) : T(0);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
-            y(i, f * P + p) = pix(f, i * P + p) + bias;
-          });
-        });
-  }
-
-  // Splits (zero-bubble schedules): backward_weights is the reordering of
-  // dy, db and dW (im2col of x, one gemm); backward_input the reordering,
-  // dcols (one gemm) and col2im. The fused backward runs the same kernels
-  // once each, in that order, so it equals W then B bitwise.
+  // Splits (zero-bubble schedules): backward_weights gives dW and db,
+  // backward_input dx; the fused backward runs the same kernels once each
+  // (the dy reordering shared), so it equals W then B bitwise.
   bool splits_backward() const override { return true; }
   bool writes_gradients() const override { return true; }
 
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
-                SavedView<T>) override {
-    const auto dpix = output_gradient(dy);
-    weights(ctx, x, dpix);
-    input(ctx.space, dpix, dx);
+                SavedView<T> saved) override {
+    conv_.backward(ctx.space, x, dy, weight_, columns(saved, x), weight_grad_, bias_grad_,
+                   ctx.accumulate_gradients, dx);
   }
   void backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                       SavedView<T>) override {
-    if (dx.extent(0) > 0) input(ctx.space, output_gradient(dy), dx);
+    if (dx.extent(0) > 0) conv_.backward_data(ctx.space, dy, weight_, dx);
   }
   void backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
-                        SavedView<T>) override {
-    weights(ctx, x, output_gradient(dy));
+                        SavedView<T> saved) override {
+    conv_.backward_weights(ctx.space, x, dy, columns(saved, x), weight_grad_, bias_grad_,
+                           ctx.accumulate_gradients);
   }
 
  private:
   using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using Managed = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
   using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Saved = typename kernels::Conv2d<T>::Saved;
 
-  // dpix (F, n*P) in the pixel workspace, reordered from dy (n, F*P).
-  Unmanaged output_gradient(ConstMatrix<T> dy) {
-    const std::int64_t n = std::int64_t(dy.extent(0)), P = g_.pixels(), F = config_.filters;
-    reserve(n);
-    const Unmanaged dpix(pix_.data(), F, n * P);
-    Kokkos::parallel_for(
-        "gpipe::Conv2d::backward_output", RowPolicy(n * F, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const RowMember& team) {
-          const std::int64_t i = team.league_rank() / F, f = team.league_rank() % F;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, P), [&](const std::int64_t p) {
-            dpix(f, i * P + p) = dy(i, f * P + p);
-          });
-        });
-    return dpix;
-  }
-
-  // db (+)= row sums of dpix (fixed order); dW (+)= dpix cols^T, cols = im2col(x);
-  // written, not added, when !ctx.accumulate_gradients.
-  void weights(const PassContext& ctx, ConstMatrix<T> x, const Unmanaged& dpix) {
-    const std::int64_t rows = std::int64_t(dpix.extent(1));
-    const bool accumulate = ctx.accumulate_gradients;
-    if (config_.bias) {
-      auto db = bias_grad_;
-      Kokkos::parallel_for(
-          "gpipe::Conv2d::backward_bias", Kokkos::RangePolicy<ExecSpace>(0, config_.filters),
-          KOKKOS_LAMBDA(const std::int64_t f) {
-            T sum = T(0);
-            for (std::int64_t r = 0; r < rows; ++r) sum += dpix(f, r);
-            db(f) = (accumulate ? db(f) : T(0)) + sum;
-          });
-    }
-    const Unmanaged cols(cols_.data(), g_.taps(), rows);
-    detail::im2col<T>(g_, x, cols, "gpipe::Conv2d::im2col");
-    detail::gemm(ctx.space, "N", "T", T(1), dpix, cols, accumulate ? T(1) : T(0), weight_grad_);
-  }
-
-  // dx = col2im(W^T dpix), through the columns workspace.
-  void input(const ExecSpace& space, const Unmanaged& dpix, Matrix<T> dx) {
-    if (dx.extent(0) == 0) return;
-    const Unmanaged cols(cols_.data(), g_.taps(), std::int64_t(dpix.extent(1)));
-    detail::gemm(space, "T", "N", T(1), weight_, dpix, T(0), cols);  // cols holds dcols
-    detail::col2im<T>(g_, cols, dx, "gpipe::Conv2d::col2im");
+  // The saved state the seam keeps from forward to backward (portable: the
+  // columns, when the registry entry's saved size matched; else none, and
+  // backward recomputes them).
+  Saved columns(const SavedView<T>& saved, ConstMatrix<T> x) const {
+    const std::int64_t need = conv_.saved_per_sample() * std::int64_t(x.extent(0));
+    return need > 0 && std::int64_t(saved.extent(0)) >= need ? Saved(saved.data(), need) : Saved();
   }
 
   Conv2dConfig config_;
-  detail::Window2d g_;
+  kernels::Conv2d<T> conv_;
   Unmanaged weight_, weight_grad_;  // (F, C*K*K)
-  Flat bias_, bias_grad_;           // (F)
-  Managed cols_, pix_;              // workspace
+  Flat bias_, bias_grad_;           // (F), extent 0 without bias
 };
 
 // conv2d (Rank 3 input) or conv1d (Rank 2).
@@ -219,6 +181,15 @@ LayerEntry conv_entry(const char* name) {
     std::vector<ParameterSpec> p{{"weight", c.filters, window(c, in).taps()}};
     if (c.bias) p.push_back({"bias", 1, c.filters});
     return p;
+  };
+  // The forward's columns, kept for backward, when the conv2d kernel at
+  // float is the portable one (the shape pass knows no precision; at double
+  // conv2d is always portable, and a double model whose float conv2d is
+  // oneDNN recomputes its columns in backward).
+  e.saved = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const Conv2dConfig&>(base);
+    return SavedSize{kernels::conv2d_saved_per_sample(conv_shape(c, in), kernels::conv2d_implementation<float>()),
+                     0};
   };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
                bool input_gradient) {

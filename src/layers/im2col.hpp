@@ -1,15 +1,17 @@
 #pragma once
-// Internal: im2col / col2im for convolutions lowered to one GEMM per
-// micro-batch (Chellapilla et al. 2006; Caffe). Shared by conv2d and, with
-// height = kernel_h = stride_h = 1 and pad_h = 0, conv1d (square_window).
+// Internal: im2col / col2im for convolutions lowered to GEMMs, one per
+// sample (Chellapilla et al. 2006; Caffe). Used by the portable
+// convolution behind the kernel seam (src/kernels/conv_portable.cpp: conv2d
+// and, with height = kernel_h = stride_h = 1 and pad_h = 0, conv1d), by
+// pooling (Window2d, covering) and by patch_embed (the row layout).
 //
 // Input x: (n, C*H*W) row-major, each sample NCHW. The column matrix has one
-// row per (channel, kernel tap) and one column per (sample, output pixel)
-// (Caffe's layout, all samples side by side):
-//   cols((c*KH + a)*KW + b, i*P + oh*OW + ow) = x(i, c, oh*SH - PH + a, ow*SW - PW + b)
-// (zero outside the image), P = OH*OW. With weights W (F, C*KH*KW), W cols
-// is the (F, n*P) output; each (f, i) block of P values is one output
-// channel of one sample, so reordering to NCHW copies contiguous blocks.
+// row per (sample, channel, kernel tap) and one column per output pixel
+// (Caffe's per-image layout, the images' blocks stacked):
+//   cols(i*taps + (c*KH + a)*KW + b, oh*OW + ow) = x(i, c, oh*SH - PH + a, ow*SW - PW + b)
+// (zero outside the image), P = OH*OW, taps = C*KH*KW. With weights W
+// (F, taps), W cols_i (cols_i: sample i's (taps, P) block) is sample i's
+// (F, P) = NCHW output, written in place with no reordering.
 // Inner loops run along image rows, contiguous in x and in cols.
 
 #include <cstdint>
@@ -64,21 +66,26 @@ KOKKOS_INLINE_FUNCTION void covering(std::int64_t pos, std::int64_t k, std::int6
   if (hi > out - 1) hi = out - 1;
 }
 
-/// cols (C*KH*KW, n*P) from x (n, C*H*W). One team per (tap, sample,
-/// output row); its threads take the output row's pixels.
+/// cols (n*C*KH*KW, P) from x (n, C*H*W), on `space`: sample i's columns
+/// are the contiguous (taps, P) block of rows i*taps .. (i+1)*taps - 1
+/// (Caffe's per-image layout, images stacked), so W cols_i is sample i's
+/// NCHW output and every per-sample product has the same shape whatever n
+/// is. One team per (sample, tap, output row); its threads take the output
+/// row's pixels.
 template <class T, class X, class Cols>
-void im2col(const Window2d& g, const X& x, const Cols& cols, const char* label) {
+void im2col(const ExecSpace& space, const Window2d& g, const X& x, const Cols& cols, const char* label) {
   const std::int64_t n = std::int64_t(x.extent(0));
-  const std::int64_t OH = g.out_h(), OW = g.out_w(), P = g.pixels();
+  const std::int64_t OH = g.out_h(), OW = g.out_w(), taps = g.taps();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
   const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
   Kokkos::parallel_for(
-      label, RowPolicy(g.taps() * n * OH, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+      label, RowPolicy(space, n * taps * OH, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
         const std::int64_t r = team.league_rank();
-        const std::int64_t k = r / (n * OH), i = (r / OH) % n, oh = r % OH;
+        const std::int64_t row = r / OH, oh = r % OH;  // row = i * taps + k
+        const std::int64_t i = row / taps, k = row % taps;
         const std::int64_t c = k / (KH * KW), a = (k / KW) % KH, b = k % KW;
         const std::int64_t h = oh * SH - PH + a;
-        T* dst = &cols(k, i * P + oh * OW);
+        T* dst = &cols(row, oh * OW);
         if (h < 0 || h >= H) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OW), [&](const std::int64_t ow) { dst[ow] = T(0); });
           return;
@@ -92,17 +99,18 @@ void im2col(const Window2d& g, const X& x, const Cols& cols, const char* label) 
 }
 
 /// dx (n, C*H*W) = the sum, over every cols entry that read input element
-/// (i, c, h, w), of dcols at that entry. A gather by input row: one team
-/// per (sample, channel, input row) adds the taps (a, b) in ascending order,
-/// so results are bitwise reproducible on every backend, with no atomics.
+/// (i, c, h, w), of dcols (n*taps, P, the layout of im2col) at that entry. A
+/// gather by input row: one team per (sample, channel, input row) adds the
+/// taps (a, b) in ascending order, so results are bitwise reproducible on
+/// every backend, with no atomics. On `space`.
 template <class T, class DCols, class DX>
-void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+void col2im(const ExecSpace& space, const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
   const std::int64_t n = std::int64_t(dx.extent(0));
-  const std::int64_t OH = g.out_h(), OW = g.out_w(), P = g.pixels(), C = g.channels;
+  const std::int64_t OH = g.out_h(), OW = g.out_w(), C = g.channels, taps = g.taps();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
   const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
   Kokkos::parallel_for(
-      label, RowPolicy(n * C * H, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+      label, RowPolicy(space, n * C * H, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t i = r / (C * H), c = (r / H) % C, h = r % H;
         T* out = &dx(i, (c * H + h) * W);
@@ -112,7 +120,7 @@ void col2im(const Window2d& g, const DCols& dcols, const DX& dx, const char* lab
           if (th < 0 || th % SH != 0 || th / SH >= OH) continue;
           const std::int64_t oh = th / SH;
           for (std::int64_t b = 0; b < KW; ++b) {
-            const T* src = &dcols((c * KH + a) * KW + b, i * P + oh * OW);
+            const T* src = &dcols(i * taps + (c * KH + a) * KW + b, oh * OW);
             team.team_barrier();  // distinct w per ow within one (a, b); ordered across (a, b)
             Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OW), [&](const std::int64_t ow) {
               const std::int64_t w = ow * SW - PW + b;
