@@ -1,7 +1,9 @@
 # Installs gpipe into a scratch prefix and, as a user's code would, builds and
-# runs against it: apps/examples with find_package(gpipe) (C++); a C-only
-# project (consumer_c) and a Fortran-only one (consumer_fortran,
-# gpipe::fortran); and the C API test program with
+# runs against it: apps/examples with find_package(gpipe) (C++); a CXX-only
+# project (consumer_cxx) that compiles every installed header on its own and
+# trains with gpipe::Pipeline / gpipe::fit; a C-only project (consumer_c) and
+# a Fortran-only one (consumer_fortran, gpipe::fortran); and the C API test
+# program with
 #     mpicc c_header_check.c $(pkg-config --cflags --libs gpipe)
 # cmake -DGPIPE_BUILD_DIR=... -DGPIPE_SOURCE_DIR=... -DWORK_DIR=...
 #       [-DGPIPE_FORTRAN=ON -DMPI_C_COMPILER=mpicc -DPKG_CONFIG=pkg-config] -P install_and_consume.cmake
@@ -48,6 +50,17 @@ run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/apps/examples -B ${WORK_DIR}/build
     -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build -j2)
 run(${WORK_DIR}/build/heat_surrogate --steps 1500 --max-error 0.2)
+math(EXPR passed "${passed} + 1")
+
+# C++ only (project(x CXX)): every installed header on its own, and a
+# Pipeline trained with gpipe::fit.
+run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/tests/integration/consumer_cxx -B ${WORK_DIR}/build-cxx
+    -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})
+if(NOT run_output MATCHES "compiling ([0-9]+) installed headers on their own")
+  message(FATAL_ERROR "the CXX-only consumer did not list the installed headers:\n${run_output}")
+endif()
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-cxx -j2)
+run_consumer(C++ "C\\+\\+ consumer: passed" ${WORK_DIR}/build-cxx/cxx_consumer)
 math(EXPR passed "${passed} + 1")
 
 # C only (project(x C)) through CMake: the C API test program.
