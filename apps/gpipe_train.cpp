@@ -359,6 +359,47 @@ nlohmann::json history_entry(const gpipe::EpochReport& e, bool regression) {
   return h;
 }
 
+// The metrics stream's "start" record (docs/file-formats.md) without event,
+// run_id and step: the run's layout, the deck's training shape, the load.
+template <class T>
+nlohmann::json start_event(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
+                           const nlohmann::json& run, const std::string& restart,
+                           std::int64_t completed_epochs) {
+  const auto& grid = pipeline.grid();
+  return {{"epoch", completed_epochs + 1},
+          {"restart", restart.empty() ? nlohmann::json(nullptr) : nlohmann::json(restart)},
+          {"deck", deck.path},
+          {"ranks", grid.ranks()},
+          {"replicas", grid.replicas},
+          {"cells", grid.cells},
+          {"layout", grid.layout()},
+          {"schedule", gpipe::to_string(deck.pipeline.schedule)},
+          {"micro_batches", deck.training.micro_batches},
+          {"batch_size", deck.training.batch_size},
+          {"epochs", deck.training.epochs},
+          {"loss", deck.model.loss.type},
+          {"standardized_targets",
+           deck.model.loss.regression() && deck.data.normalize_targets == "standardize"},
+          {"slurm_job_id", run["slurm_job_id"]},
+          {"machine_load", run["machine_load"]["start"]},
+          {"cores", std::thread::hardware_concurrency()}};
+}
+
+// A "progress" record of the metrics stream (without event, run_id, step).
+nlohmann::json progress_event(const gpipe::ProgressRecord& p) {
+  nlohmann::json r = {{"epoch", p.epoch},
+                      {"epoch_step", p.epoch_step},
+                      {"epoch_steps", p.epoch_steps},
+                      {"loss", p.loss_finite ? nlohmann::json(p.loss) : nlohmann::json(nullptr)},
+                      {"learning_rate", p.learning_rate},
+                      {"samples_per_second", figure(p.samples_per_second)}};
+  if (p.regression) r["train_rmse"] = figure(p.train_rmse);
+  const auto [rss, peak] = memory_bytes();
+  r["rss_bytes"] = rss;
+  r["peak_rss_bytes"] = peak;
+  return r;
+}
+
 // Regression metrics for the summary: overall and per output, data units.
 nlohmann::json metrics_json(const gpipe::RegressionMetrics& m) {
   return {{"rmse", m.rmse_all}, {"mae", m.mae_all}, {"r2", m.r2_all},
@@ -559,31 +600,13 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
         if (root) metrics = MetricsStream(options.metrics);
       }))
     return kExitInputError;
-  const auto& grid = pipeline->grid();
-  const auto record = [&](const char* event) {
-    return nlohmann::json{{"event", event}, {"run_id", pipeline->run_id()},
-                          {"step", pipeline->steps_done()}};
+  const auto record = [&](const char* event, nlohmann::json r) {
+    r["event"] = event;
+    r["run_id"] = pipeline->run_id();
+    r["step"] = pipeline->steps_done();
+    return r;
   };
-  if (root) {
-    auto r = record("start");
-    r["epoch"] = completed + 1;
-    r["restart"] = restart_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(restart_path);
-    r["deck"] = deck.path;
-    r["ranks"] = ranks;
-    r["replicas"] = grid.replicas;
-    r["cells"] = grid.cells;
-    r["layout"] = grid.layout();
-    r["schedule"] = gpipe::to_string(deck.pipeline.schedule);
-    r["micro_batches"] = deck.training.micro_batches;
-    r["batch_size"] = deck.training.batch_size;
-    r["epochs"] = deck.training.epochs;
-    r["loss"] = deck.model.loss.type;
-    r["standardized_targets"] = regression && deck.data.normalize_targets == "standardize";
-    r["slurm_job_id"] = run["slurm_job_id"];
-    r["machine_load"] = run["machine_load"]["start"];
-    r["cores"] = std::thread::hardware_concurrency();
-    metrics.write(r);
-  }
+  if (root) metrics.write(record("start", start_event(deck, *pipeline, run, restart_path, completed)));
   int stopped_by = 0;
   // Fault injection for tests: GPIPE_FAULT_SIGNAL_AT_STEP=S makes the last rank send itself
   // SIGTERM once S steps are done, as a batch system would (deterministically mid-epoch).
@@ -597,26 +620,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   gpipe::Driver<T> driver(*pipeline, root && !options.quiet ? &std::cout : nullptr);
   driver.set_stop(stop);
   if (root) {
-    driver.set_progress([&](const gpipe::ProgressRecord& p) {
-      auto r = record("progress");
-      r["epoch"] = p.epoch;
-      r["epoch_step"] = p.epoch_step;
-      r["epoch_steps"] = p.epoch_steps;
-      r["loss"] = p.loss_finite ? nlohmann::json(p.loss) : nlohmann::json(nullptr);
-      if (p.regression) r["train_rmse"] = figure(p.train_rmse);
-      r["learning_rate"] = p.learning_rate;
-      r["samples_per_second"] = figure(p.samples_per_second);
-      const auto [rss, peak] = memory_bytes();
-      r["rss_bytes"] = rss;
-      r["peak_rss_bytes"] = peak;
-      metrics.write(r);
-    });
+    driver.set_progress(
+        [&](const gpipe::ProgressRecord& p) { metrics.write(record("progress", progress_event(p))); });
     driver.set_epoch_done([&](const gpipe::EpochReport& e) {
-      auto r = history_entry(e, regression);
-      r["event"] = "epoch";
-      r["run_id"] = pipeline->run_id();
-      r["step"] = pipeline->steps_done();
-      metrics.write(r);
+      metrics.write(record("epoch", history_entry(e, regression)));
     });
   }
   const auto reports = driver.fit(train_set, test_set);
@@ -629,14 +636,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     run["stopped"] = {{"signal", gpipe::signal_name(stopped_by)},
                       {"step", pipeline->steps_done()},
                       {"checkpoint", gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done(), pipeline->run_id())}};
-    auto r = record("stop");
-    r["signal"] = run["stopped"]["signal"];
-    r["checkpoint"] = run["stopped"]["checkpoint"];
-    metrics.write(r);
+    metrics.write(record("stop", {{"signal", run["stopped"]["signal"]},
+                                  {"checkpoint", run["stopped"]["checkpoint"]}}));
   } else if (root) {
-    auto r = record("end");
-    r["epochs_this_job"] = reports.size();
-    metrics.write(r);
+    metrics.write(record("end", {{"epochs_this_job", reports.size()}}));
   }
   if (root && pipeline->skipped_steps() > 0)
     spdlog::warn("{} steps were skipped for non-finite loss or gradients (training.nonfinite: "
