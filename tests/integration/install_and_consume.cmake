@@ -32,6 +32,7 @@ endfunction()
 
 run(${CMAKE_COMMAND} --install ${GPIPE_BUILD_DIR} --prefix ${prefix})
 set(expected include/gpipe/gpipe.h include/gpipe/config.hpp include/gpipe/pipeline/cell.hpp
+    include/gpipe/pipeline/buffer_plan.hpp include/gpipe/model/layer_seconds.hpp
     lib/cmake/gpipe/gpipeConfig.cmake bin/gpipe-train bin/gpipe-infer lib/pkgconfig/gpipe.pc
     share/gpipe-kokkos/inputs/fashion_mnist_mlp.yaml share/gpipe-kokkos/docs/file-formats.md
     share/gpipe-kokkos/scripts/plot_scaling.py share/gpipe-kokkos/README.md)
