@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
 #include <spdlog/spdlog.h>
@@ -12,6 +13,7 @@
 #include "abort_on_error.hpp"
 #include "cli.hpp"
 #include "gpipe/config.hpp"
+#include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/checkpoint.hpp"
@@ -32,20 +34,37 @@ struct Options {
   int micro_batches = 0;
 };
 
-// Runs `step`; if it throws InputError on any rank, that rank prints it and
-// every rank returns false (no rank waits in a collective another never enters).
+// Runs `step` on every rank and agrees on its outcome (gpipe::agreed): if it
+// throws InputError on any rank, every rank returns false and rank 0 prints
+// the first failing rank's error once (no rank waits in a collective another
+// never enters, and no copy per rank). Other errors propagate (abort_on_error).
 template <class F>
 bool on_all_ranks(int rank, F&& step) {
-  std::string error;
   try {
-    step();
+    gpipe::agreed(MPI_COMM_WORLD, step);
+    return true;
   } catch (const gpipe::InputError& e) {
-    error = e.what();
+    if (rank == 0) std::cerr << "gpipe-infer: error: " << e.what() << "\n";
+    return false;
   }
-  int local = error.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!error.empty()) std::cerr << fmt::format("gpipe-infer: error (rank {}): {}\n", rank, error);
-  return any == 0;
+}
+
+// A checkpoint directory becomes its newest complete checkpoint, chosen on
+// rank 0 and broadcast (a shared file system may show ranks different
+// listings); a file stays as it is. Collective.
+std::string resolve_checkpoint(const std::string& given, int rank) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(given, ec)) return given;
+  std::string path;
+  gpipe::agreed(MPI_COMM_WORLD, [&] {
+    if (rank == 0) path = gpipe::newest_checkpoint(given);
+  });
+  int size = int(path.size());
+  MPI_Bcast(&size, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  path.resize(std::size_t(size));
+  MPI_Bcast(path.data(), size, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) fmt::print("gpipe-infer: {}: its newest checkpoint is {}\n", given, path);
+  return path;
 }
 
 template <class T>
@@ -94,12 +113,17 @@ int main(int argc, char** argv) {
       "weights and the input/target normalization. Inputs are raw samples in the units of the "
       "training data; regression outputs come back in the targets' units, classification outputs "
       "are logits (plus their arg-max).\n\n"
-      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600.h5 --input x.h5 --output y.h5\n\n"
+      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600_3f2a9c01d4e5b678.h5 --input x.h5 --output y.h5\n"
+      "  mpirun -n 2 gpipe-infer ckpt --input x.h5 --output y.h5   (the newest checkpoint in ckpt/)\n\n"
+      "Checkpoints are named ckpt_<step, 9 digits>_<run id, 16 hex digits>.h5. "
       "Any number of ranks: by default all ranks form one pipeline (K = ranks cells); --cells K "
-      "makes ranks/K data-parallel replicas. Output layout: docs/file-formats.md, \"Predictions\".",
+      "makes ranks/K data-parallel replicas. Output layout: docs/file-formats.md, \"Predictions\" "
+      "(installed as " GPIPE_DOCS_DIR "/file-formats.md); usage: docs/inference.md.",
       "gpipe-infer"};
   Options o;
-  app.add_option("checkpoint", o.checkpoint, "Checkpoint written by gpipe-train (ckpt_*.h5)")
+  app.add_option("checkpoint", o.checkpoint,
+                 "Checkpoint written by gpipe-train (ckpt_*.h5), or a checkpoint directory (its "
+                 "newest complete checkpoint)")
       ->required();
   app.add_option("--input", o.input, "HDF5 file with the inputs (N, features)")->required();
   app.add_option("--output", o.output, "HDF5 file to write (replaced if it exists)")->required();
@@ -132,6 +156,7 @@ int main(int argc, char** argv) {
   gpipe::Deck deck;
   gpipe::CheckpointInfo info;
   if (!on_all_ranks(rank, [&] {
+        o.checkpoint = resolve_checkpoint(o.checkpoint, rank);
         info = gpipe::read_checkpoint_info(o.checkpoint);
         std::vector<std::string> sets{"parallel.cells=" + std::to_string(o.cells)};
         if (o.batch_size > 0) sets.push_back("training.batch_size=" + std::to_string(o.batch_size));

@@ -4,10 +4,19 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
 #include <tuple>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,6 +52,7 @@ struct Options {
   std::string deck;
   std::vector<std::string> sets;
   std::string summary;
+  std::string metrics;  // JSON-lines metrics stream, appended
   std::string restart;
   std::string trace;
   bool quiet = false;    // warnings and errors only
@@ -81,6 +91,154 @@ bool on_all_ranks(F&& step) {
     if (rank == 0) std::cerr << "gpipe-train: error: " << e.what() << "\n";
     return false;
   }
+}
+
+// "" if this process can create (and replace) files named `path` in its
+// directory, else why not, with the OS's reason: a probe file is created in
+// the directory and removed; an existing `path` must be writable and no
+// directory. `what` names the option in the message.
+std::string unwritable_file(const std::string& what, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return fmt::format("{} {}: is a directory, not a file", what, path);
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  const std::string probe =
+      fmt::format("{}/.gpipe-write-check-{}-{}", dir, ::getpid(), std::rand());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    return fmt::format("{} {}: cannot create files in {}: {}", what, path, dir, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    return fmt::format("{} {}: cannot write it: {}", what, path, std::strerror(errno));
+  return "";
+}
+
+// "" if the checkpoint directory exists or can be created, and files can be
+// created in it; else why not (the OS's reason).
+std::string unwritable_directory(const std::string& what, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) return fmt::format("{} {}: exists and is not a directory", what, dir);
+    fs::create_directories(dir, ec);
+    if (ec && !fs::is_directory(dir))
+      return fmt::format("{} {}: cannot create the directory: {}", what, dir, ec.message());
+  }
+  return unwritable_file(what, dir + "/ckpt_probe.h5");
+}
+
+// Before the first step: every output path of the run checked on the ranks
+// that write it (summary, metrics stream and trace: rank 0; the checkpoint
+// directory: every rank, as parallel HDF5 opens the file on all of a
+// pipeline's ranks). Agreed: on failure every rank stops and rank 0 prints the
+// first failing rank's reason, with the path.
+bool outputs_writable(const gpipe::Deck& deck, const Options& options, int rank) {
+  return on_all_ranks([&] {
+    std::string error;
+    if (rank == 0) {
+      if (!options.summary.empty()) error = unwritable_file("--summary", options.summary);
+      if (error.empty() && !options.metrics.empty())
+        error = unwritable_file("--metrics", options.metrics);
+      if (error.empty() && !deck.trace.file.empty())
+        error = unwritable_file("trace.file (--trace)", deck.trace.file);
+    }
+    if (error.empty())
+      error = unwritable_directory(
+          deck.checkpoint.directory.empty() ? "the working directory (where a stop signal's "
+                                              "checkpoint goes)"
+                                            : "checkpoint.directory",
+          deck.checkpoint.directory.empty() ? std::string(".") : deck.checkpoint.directory);
+    if (!error.empty()) throw gpipe::InputError(fmt::format("{} (rank {})", error, rank));
+  });
+}
+
+// Resident and peak resident memory of this process, bytes (Linux
+// /proc/self/statm; the peak from getrusage).
+std::pair<std::int64_t, std::int64_t> memory_bytes() {
+  std::int64_t rss = 0;
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) == 2)
+      rss = std::int64_t(resident) * std::int64_t(::sysconf(_SC_PAGESIZE));
+    std::fclose(f);
+  }
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return {rss, std::int64_t(usage.ru_maxrss) * 1024};
+}
+
+// The JSON-lines metrics stream (--metrics, docs/file-formats.md): one
+// object per line, appended and flushed at every event, so a reader (a plot,
+// `tail -f`) sees the run while it goes and a requeued job continues the
+// same file. Rank 0 only.
+class MetricsStream {
+ public:
+  MetricsStream() = default;
+  explicit MetricsStream(const std::string& path) : path_(path) {
+    if (path.empty()) return;
+    // A job killed mid-line left a partial line: start on a new one.
+    bool partial = false;
+    {
+      std::ifstream in(path, std::ios::binary | std::ios::ate);
+      if (in && in.tellg() > 0) {
+        in.seekg(-1, std::ios::end);
+        partial = in.get() != '\n';
+      }
+    }
+    out_.open(path, std::ios::app);
+    if (!out_) throw gpipe::InputError(fmt::format("--metrics {}: cannot open it for appending: {}",
+                                                   path, std::strerror(errno)));
+    if (partial) out_ << "\n";
+  }
+  void write(nlohmann::json record) {
+    if (!out_.is_open()) return;
+    record["time"] = gpipe_train::utc_now();
+    out_ << record.dump() << "\n" << std::flush;
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// The history entries (summary "history") of run `run_id` for epochs
+// 1..completed that earlier jobs of the run wrote: from the summary at
+// `summary` (its "history", if its run_id is run_id) and the "epoch" records of
+// the metrics stream at `metrics`; a later record of an epoch replaces an
+// earlier one. Unreadable files or lines are skipped.
+std::map<std::int64_t, nlohmann::json> earlier_history(const std::string& summary,
+                                                       const std::string& metrics,
+                                                       const std::string& run_id,
+                                                       std::int64_t completed) {
+  std::map<std::int64_t, nlohmann::json> epochs;
+  const auto take = [&](const nlohmann::json& h) {
+    if (!h.is_object() || !h.contains("epoch") || !h["epoch"].is_number_integer()) return;
+    const auto e = h["epoch"].get<std::int64_t>();
+    if (e >= 1 && e <= completed) epochs[e] = h;
+  };
+  if (!summary.empty()) {
+    std::ifstream in(summary);
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && j.value("run_id", std::string()) == run_id &&
+        j.contains("history") && j["history"].is_array())
+      for (const auto& h : j["history"]) take(h);
+  }
+  if (!metrics.empty()) {
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || j.value("event", std::string()) != "epoch" ||
+          j.value("run_id", std::string()) != run_id)
+        continue;
+      auto h = j;
+      for (const char* key : {"event", "run_id", "time", "step"}) h.erase(key);
+      take(h);
+    }
+  }
+  return epochs;
 }
 
 // A figure for the summary: the value, or null when it is not finite.
@@ -180,6 +338,68 @@ void list_keys() {
   }
 }
 
+// One epoch of the summary's "history" (and of the metrics stream's "epoch" records).
+nlohmann::json history_entry(const gpipe::EpochReport& e, bool regression) {
+  nlohmann::json h = {{"epoch", e.epoch},
+                      {"train_loss", e.train_loss_finite ? figure(e.train_loss) : nullptr},
+                      {"train_samples", e.train_samples},
+                      {"train_loss_whole_epoch", e.train_loss_whole_epoch},
+                      {"skipped_steps", e.skipped_steps},
+                      {"test_loss", figure(e.test.loss)},
+                      {"seconds", e.seconds},
+                      {"samples_per_second", figure(e.samples_per_second)}};
+  if (regression) {
+    h["test_rmse"] = figure(e.test.regression.rmse_all);
+    h["test_mae"] = figure(e.test.regression.mae_all);
+    h["test_r2"] = figure(e.test.regression.r2_all);
+    h["train_rmse"] = figure(e.train_metrics.rmse_all);
+  } else {
+    h["test_accuracy"] = e.test.finite() ? figure(e.test.accuracy) : nullptr;
+  }
+  return h;
+}
+
+// The metrics stream's "start" record (docs/file-formats.md) without event,
+// run_id and step: the run's layout, the deck's training shape, the load.
+template <class T>
+nlohmann::json start_event(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
+                           const nlohmann::json& run, const std::string& restart,
+                           std::int64_t completed_epochs) {
+  const auto& grid = pipeline.grid();
+  return {{"epoch", completed_epochs + 1},
+          {"restart", restart.empty() ? nlohmann::json(nullptr) : nlohmann::json(restart)},
+          {"deck", deck.path},
+          {"ranks", grid.ranks()},
+          {"replicas", grid.replicas},
+          {"cells", grid.cells},
+          {"layout", grid.layout()},
+          {"schedule", gpipe::to_string(deck.pipeline.schedule)},
+          {"micro_batches", deck.training.micro_batches},
+          {"batch_size", deck.training.batch_size},
+          {"epochs", deck.training.epochs},
+          {"loss", deck.model.loss.type},
+          {"standardized_targets",
+           deck.model.loss.regression() && deck.data.normalize_targets == "standardize"},
+          {"slurm_job_id", run["slurm_job_id"]},
+          {"machine_load", run["machine_load"]["start"]},
+          {"cores", std::thread::hardware_concurrency()}};
+}
+
+// A "progress" record of the metrics stream (without event, run_id, step).
+nlohmann::json progress_event(const gpipe::ProgressRecord& p) {
+  nlohmann::json r = {{"epoch", p.epoch},
+                      {"epoch_step", p.epoch_step},
+                      {"epoch_steps", p.epoch_steps},
+                      {"loss", p.loss_finite ? nlohmann::json(p.loss) : nlohmann::json(nullptr)},
+                      {"learning_rate", p.learning_rate},
+                      {"samples_per_second", figure(p.samples_per_second)}};
+  if (p.regression) r["train_rmse"] = figure(p.train_rmse);
+  const auto [rss, peak] = memory_bytes();
+  r["rss_bytes"] = rss;
+  r["peak_rss_bytes"] = peak;
+  return r;
+}
+
 // Regression metrics for the summary: overall and per output, data units.
 nlohmann::json metrics_json(const gpipe::RegressionMetrics& m) {
   return {{"rmse", m.rmse_all}, {"mae", m.mae_all}, {"r2", m.r2_all},
@@ -192,7 +412,8 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                        const std::vector<gpipe::EpochReport>& reports,
                        const gpipe::GatheredTrace& trace, double wall_seconds,
                        const nlohmann::json& run, const gpipe::Dataset& train_set,
-                       const gpipe::Dataset& test_set) {
+                       const gpipe::Dataset& test_set,
+                       const std::map<std::int64_t, nlohmann::json>& earlier) {
   const auto& p = pipeline.partition();
   const int K = p.cells(), M = deck.training.micro_batches;
   nlohmann::json j;
@@ -235,9 +456,15 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["train_samples"] = train_set.samples;
   j["test_samples"] = test_set.samples;
   j["run"] = run;
+  j["run_id"] = pipeline.run_id();
   j["machine_load"] = run["machine_load"];
-  j["history"] = nlohmann::json::array();
   const bool regression = deck.model.loss.regression();
+  // Every epoch of the run: earlier jobs' (a restart or requeue), then this job's.
+  auto epochs = earlier;
+  for (const auto& e : reports) epochs[e.epoch] = history_entry(e, regression);
+  j["history"] = nlohmann::json::array();
+  for (const auto& [epoch, h] : epochs) j["history"].push_back(h);
+  j["epochs_this_job"] = reports.size();
   j["loss"] = deck.model.loss.type;
   j["wall_seconds"] = wall_seconds;
   if (reports.empty()) return j;  // stopped by a signal in the first epoch of this run
@@ -259,23 +486,6 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
     train_seconds += e.seconds;
     samples += e.samples_per_second * e.seconds;
     if (!e.train_loss_finite || !e.test.finite()) j["finite"] = false;
-    nlohmann::json h = {{"epoch", e.epoch},
-                        {"train_loss", e.train_loss_finite ? figure(e.train_loss) : nullptr},
-                        {"train_samples", e.train_samples},
-                        {"train_loss_whole_epoch", e.train_loss_whole_epoch},
-                        {"skipped_steps", e.skipped_steps},
-                        {"test_loss", figure(e.test.loss)},
-                        {"seconds", e.seconds},
-                        {"samples_per_second", figure(e.samples_per_second)}};
-    if (regression) {
-      h["test_rmse"] = figure(e.test.regression.rmse_all);
-      h["test_mae"] = figure(e.test.regression.mae_all);
-      h["test_r2"] = figure(e.test.regression.r2_all);
-      h["train_rmse"] = figure(e.train_metrics.rmse_all);
-    } else {
-      h["test_accuracy"] = e.test.finite() ? figure(e.test.accuracy) : nullptr;
-    }
-    j["history"].push_back(h);
   }
   j["samples_per_second"] = train_seconds > 0 ? figure(samples / train_seconds) : nullptr;
   j["wall_seconds"] = wall_seconds;
@@ -285,6 +495,8 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
 template <class T>
 int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) {
   const bool root = rank == 0;
+  // Every output path, before the data is read and the first step taken.
+  if (!outputs_writable(deck, options, rank)) return kExitInputError;
   std::unique_ptr<gpipe::Pipeline<T>> pipeline;
   gpipe::Dataset train_set, test_set;
   gpipe::NormalizationStats stats;
@@ -314,17 +526,25 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   });
   if (!ready) return kExitInputError;
   pipeline->set_normalization(stats);  // stored in checkpoints, used by predict and gpipe-infer
-  // A restart: `latest` is chosen on rank 0 and broadcast (a shared file
-  // system may show ranks different listings); it resumes by samples seen.
+  // A restart: `latest` (checkpoint.directory) or a directory given is
+  // resolved to its newest usable checkpoint on rank 0 and broadcast (a
+  // shared file system may show ranks different listings); it resumes by
+  // samples seen.
   std::string restart_path = options.restart;
-  if (options.restart == "latest" && !on_all_ranks([&] {
-        const auto latest = gpipe::find_latest_checkpoint(
-            deck.checkpoint.directory.empty() ? std::string(".") : deck.checkpoint.directory,
-            deck.model, deck.precision, deck.optimizer.type, MPI_COMM_WORLD);
+  std::error_code is_dir_error;
+  const bool restart_directory =
+      !options.restart.empty() && options.restart != "latest" &&
+      std::filesystem::is_directory(options.restart, is_dir_error);
+  if ((options.restart == "latest" || restart_directory) && !on_all_ranks([&] {
+        const std::string directory =
+            restart_directory ? options.restart
+            : deck.checkpoint.directory.empty() ? std::string(".") : deck.checkpoint.directory;
+        const auto latest = gpipe::find_latest_checkpoint(directory, deck.model, deck.precision,
+                                                          deck.optimizer.type, MPI_COMM_WORLD);
         restart_path = latest.path;
         if (root)
           for (const auto& s : latest.skipped)
-            spdlog::warn("--restart latest: skipped {}", s);
+            spdlog::warn("--restart {}: skipped {}", options.restart, s);
       }))
     return kExitInputError;
   if (!restart_path.empty() && !on_all_ranks([&] {
@@ -364,9 +584,29 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     const auto hosts = gpipe_train::sample_hosts(MPI_COMM_WORLD);
     if (root) {
       run = gpipe_train::start_record(deck, options.command_line, hosts, ranks);
+      // Logical CPUs of rank 0's host: a load above them means the run shared its cores.
+      run["machine_load"]["cores"] = std::thread::hardware_concurrency();
       spdlog::debug("run record: {}", run.dump());
     }
   }
+  // Earlier jobs of this run (a restart): their epochs stay in the summary.
+  const std::int64_t completed = pipeline->position().epoch;
+  std::map<std::int64_t, nlohmann::json> earlier;
+  if (root && !restart_path.empty())
+    earlier = earlier_history(options.summary, options.metrics, pipeline->run_id(), completed);
+  const bool regression = deck.model.loss.regression();
+  MetricsStream metrics;
+  if (!on_all_ranks([&] {
+        if (root) metrics = MetricsStream(options.metrics);
+      }))
+    return kExitInputError;
+  const auto record = [&](const char* event, nlohmann::json r) {
+    r["event"] = event;
+    r["run_id"] = pipeline->run_id();
+    r["step"] = pipeline->steps_done();
+    return r;
+  };
+  if (root) metrics.write(record("start", start_event(deck, *pipeline, run, restart_path, completed)));
   int stopped_by = 0;
   // Fault injection for tests: GPIPE_FAULT_SIGNAL_AT_STEP=S makes the last rank send itself
   // SIGTERM once S steps are done, as a batch system would (deterministically mid-epoch).
@@ -379,6 +619,13 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   const double start = MPI_Wtime();
   gpipe::Driver<T> driver(*pipeline, root && !options.quiet ? &std::cout : nullptr);
   driver.set_stop(stop);
+  if (root) {
+    driver.set_progress(
+        [&](const gpipe::ProgressRecord& p) { metrics.write(record("progress", progress_event(p))); });
+    driver.set_epoch_done([&](const gpipe::EpochReport& e) {
+      metrics.write(record("epoch", history_entry(e, regression)));
+    });
+  }
   const auto reports = driver.fit(train_set, test_set);
   const double seconds = MPI_Wtime() - start;
   {
@@ -389,6 +636,10 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     run["stopped"] = {{"signal", gpipe::signal_name(stopped_by)},
                       {"step", pipeline->steps_done()},
                       {"checkpoint", gpipe::checkpoint_path(ckpt_dir, pipeline->steps_done(), pipeline->run_id())}};
+    metrics.write(record("stop", {{"signal", run["stopped"]["signal"]},
+                                  {"checkpoint", run["stopped"]["checkpoint"]}}));
+  } else if (root) {
+    metrics.write(record("end", {{"epochs_this_job", reports.size()}}));
   }
   if (root && pipeline->skipped_steps() > 0)
     spdlog::warn("{} steps were skipped for non-finite loss or gradients (training.nonfinite: "
@@ -418,7 +669,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (stopped_by != 0) {
     if (root && !options.summary.empty())
       write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                                train_set, test_set).dump(2) + "\n");
+                                                train_set, test_set, earlier).dump(2) + "\n");
     if (root)
       std::cerr << fmt::format("gpipe-train: stopped by {} after step {}: checkpoint {} written; "
                                "continue with --restart latest (exit status {})\n",
@@ -433,7 +684,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   }
   if (root && !options.summary.empty()) {
     write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                              train_set, test_set).dump(2) + "\n");
+                                              train_set, test_set, earlier).dump(2) + "\n");
     if (!options.quiet) fmt::print("summary written to {}\n", options.summary);
   }
   return 0;
@@ -463,11 +714,19 @@ int main(int argc, char** argv) {
       ->type_name("KEY=VALUE");
   app.add_option("--summary", options.summary,
                  "Write a JSON run summary (test_accuracy, train_loss, samples_per_second, epochs, "
-                 "ranks, partition, ...) to this path when training completes");
+                 "ranks, partition, every epoch's metrics of the run, earlier jobs' included after "
+                 "a restart, ...) to this path when training completes or a stop signal ends it");
+  app.add_option("--metrics", options.metrics,
+                 "Append a JSON-lines metrics stream to this path: a record at the start, at every "
+                 "progress line (step, epoch, loss, learning rate, samples/s, memory), after every "
+                 "epoch and at the end (docs/file-formats.md; scripts/plot_training.py reads it, "
+                 "also while the run goes)")
+      ->type_name("PATH.jsonl");
   app.add_option("--restart", options.restart,
-                 "Restart from a checkpoint: a ckpt_*.h5 path, or 'latest' (the newest complete "
-                 "one in checkpoint.directory); it may have been written with another number of ranks")
-      ->type_name("PATH|latest");
+                 "Restart from a checkpoint: a ckpt_*.h5 path, a directory (its newest usable "
+                 "checkpoint), or 'latest' (the newest usable one in checkpoint.directory); it may "
+                 "have been written with another number of ranks")
+      ->type_name("PATH|DIR|latest");
   app.add_option("--trace", options.trace,
                  "Record a timeline of every trace.every-th step on every rank into this HDF5 file "
                  "(same as --set trace.file=PATH)")
@@ -490,8 +749,9 @@ int main(int argc, char** argv) {
                "Print every deck key with its allowed values, and the layer types with their keys");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
   app.footer(
-      "Deck keys: docs/input-deck.md documents every key of the YAML deck (also installed under "
-      "share/doc/gpipe); --list-keys prints them with their allowed values.\n\n" +
+      "Deck keys: docs/input-deck.md documents every key of the YAML deck (installed as "
+      GPIPE_DOCS_DIR "/input-deck.md); --list-keys prints them with their allowed values. Output "
+      "files (summary, metrics stream, checkpoints, trace): docs/file-formats.md.\n\n" +
       gpipe::app::kokkos_options_help());
   // Kokkos consumes the --kokkos-* options it knows; let other Kokkos
   // versions' options through rather than reject them.

@@ -14,7 +14,10 @@ Repeated points: X(K) is the median throughput of the repeats; the table
 gives the repeats, the spread (max - min)/median in percent, and the machine
 load (summary key machine_load.start: the largest 1-minute load average of the
 run's hosts at its start); the plot draws the min..max range as error bars.
-A spread of more than 10 % or a load above the host's cores marks a noisy point.
+A spread of more than 10 % or a load above the host's cores marks a noisy point:
+the plots ring a point whose machine was loaded beyond its cores (load >
+machine_load.cores, the logical CPUs of rank 0's host) in red, and the title
+counts them; such timings are not representative.
 
 For each M, with X(K) the throughput (samples_per_second) at K ranks and Kb
 the smallest K run at that M (normally 1):
@@ -129,12 +132,12 @@ def load_runs(out_dir):
         trace = path[:-len(".json")] + ".h5"
         if bubble is None and os.path.exists(trace):
             bubble = trace_bubble(trace)
-        load = (s.get("machine_load") or {}).get("start")
+        load = run_load(s)
         samples.setdefault((K, M), []).append(
             {"path": path, "N": int(s["batch_size"]), "X": float(s["samples_per_second"]),
              "analytical": s.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)),
              "measured": math.nan if bubble is None else float(bubble),
-             "load": math.nan if load is None else float(load)})
+             "load": math.nan if load is None else float(load), "overloaded": overloaded(s)})
     runs = {}
     for (K, M), reps in samples.items():
         if len({r["N"] for r in reps}) > 1:
@@ -148,8 +151,31 @@ def load_runs(out_dir):
                       "spread": (max(xs) - min(xs)) / X if X > 0 else math.nan,
                       "analytical": reps[0]["analytical"],
                       "measured": median(measured) if measured else math.nan,
-                      "load": max(loads) if loads else math.nan}
+                      "load": max(loads) if loads else math.nan,
+                      "overloaded": any(r["overloaded"] for r in reps)}
     return runs
+
+
+def run_load(s):
+    """The largest 1-minute load of a summary's hosts (start or end), or None."""
+    load = s.get("machine_load") or {}
+    values = [v for v in (load.get("start"), load.get("end")) if isinstance(v, (int, float))]
+    return max(values) if values else None
+
+
+def overloaded(s):
+    """Whether a summary's machine was loaded beyond its cores (False when unknown)."""
+    load, cores = run_load(s), (s.get("machine_load") or {}).get("cores")
+    return bool(load is not None and cores and load > cores)
+
+
+def mark_overloaded(ax, xs, ys, flags):
+    """Red rings around the points of runs on machines loaded beyond their cores."""
+    pts = [(x, y) for x, y, f in zip(xs, ys, flags) if f]
+    if pts:
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o", markersize=13, markerfacecolor="none",
+                markeredgecolor="#d00000", markeredgewidth=1.5)
+    return len(pts)
 
 
 HYBRID_RE = r"D(\d+)_K(\d+)_M(\d+)(_r\d+)?\.json"
@@ -167,7 +193,7 @@ def load_hybrid_runs(out_dir):
         D, K, M = int(s["replicas"]), int(s["cells"]), int(s["micro_batches"])
         c = s.get("communication") or {}
         get = lambda key: math.nan if c.get(key) is None else float(c[key])
-        load = (s.get("machine_load") or {}).get("start")
+        load = run_load(s)
         bubble = s.get("bubble_fraction_measured")
         samples.setdefault((D, K, M), []).append(
             {"path": path, "N": int(s["batch_size"]), "X": float(s["samples_per_second"]),
@@ -179,7 +205,7 @@ def load_hybrid_runs(out_dir):
              "overlap": get("allreduce_overlap_fraction") if D > 1 else math.nan,
              "analytical": s.get("bubble_fraction_analytical", (K - 1) / (M + K - 1)),
              "measured": math.nan if bubble is None else float(bubble),
-             "load": math.nan if load is None else float(load)})
+             "load": math.nan if load is None else float(load), "overloaded": overloaded(s)})
     nanmedian = lambda v: median([x for x in v if not math.isnan(x)]) if any(
         not math.isnan(x) for x in v) else math.nan
     runs = {}
@@ -192,7 +218,8 @@ def load_hybrid_runs(out_dir):
                  "X_min": min(xs), "X_max": max(xs), "repeats": len(reps),
                  "spread": (max(xs) - min(xs)) / X if X > 0 else math.nan,
                  "analytical": reps[0]["analytical"],
-                 "load": max((r["load"] for r in reps), default=math.nan)}
+                 "load": max((r["load"] for r in reps), default=math.nan),
+                 "overloaded": any(r["overloaded"] for r in reps)}
         for field in ("pipeline", "data_parallel", "allreduce", "overlap", "measured"):
             point[field] = nanmedian([r[field] for r in reps])
         point["step"] = point["N"] / X if X > 0 else math.nan
@@ -250,6 +277,7 @@ def hybrid_report(a, mode, study, runs):
     plt = pyplot()
     fig, (ax_x, ax_c) = plt.subplots(1, 2, figsize=(12, 4.8))
     ms = sorted({m for _, _, m in runs})
+    marked = 0
     if mode == "hybrid":
         splits = sorted({(d, k) for d, k, _ in runs}, key=lambda dk: dk[1])
         labels = [f"{d}x{k}" for d, k in splits]
@@ -260,6 +288,8 @@ def hybrid_report(a, mode, study, runs):
             err = [[runs[d, k, M]["X"] - runs[d, k, M]["X_min"] if (d, k, M) in runs else 0 for d, k in splits],
                    [runs[d, k, M]["X_max"] - runs[d, k, M]["X"] if (d, k, M) in runs else 0 for d, k in splits]]
             ax_x.bar(xs, ys, width, yerr=err, capsize=3, color=f"C{i % 10}", label=f"M = {M}")
+            marked += mark_overloaded(ax_x, xs, ys, [(d, k, M) in runs and runs[d, k, M]["overloaded"]
+                                                     for d, k in splits])
         ax_x.set_xticks(range(len(splits)))
         ax_x.set_xticklabels(labels)
         ax_x.set_xlabel("D x K (replicas x pipeline cells)")
@@ -271,6 +301,8 @@ def hybrid_report(a, mode, study, runs):
                 ds = sorted(d for d, k, m in runs if k == K and m == M)
                 ax_x.plot(ds, [runs[d, K, M]["X"] for d in ds], "o-", color=f"C{i % 10}",
                           label=f"K = {K}, M = {M}")
+                marked += mark_overloaded(ax_x, ds, [runs[d, K, M]["X"] for d in ds],
+                                          [runs[d, K, M]["overloaded"] for d in ds])
                 base = runs[ds[0], K, M]["X"] / ds[0]
                 ax_x.plot(ds, [base * d for d in ds], ":", color=f"C{i % 10}", alpha=0.7)
         ax_x.plot([], [], ":", color="grey", label="ideal D x X(1)")
@@ -279,6 +311,9 @@ def hybrid_report(a, mode, study, runs):
         keys = sorted(runs, key=lambda dkm: (dkm[2], dkm[1], dkm[0]))
         clabels = [f"D={d}\nK={k} M={M}" for d, k, M in keys]
     ax_x.set_ylabel("samples/s (training)")
+    if marked:
+        ax_x.plot([], [], "o", markersize=10, markerfacecolor="none", markeredgecolor="#d00000",
+                  label="machine loaded beyond its cores")
     pipe = [100 * runs[key]["pipeline_share"] for key in keys]
     dp = [100 * runs[key]["data_parallel_share"] for key in keys]
     pipe = [0 if math.isnan(v) else v for v in pipe]
@@ -300,7 +335,9 @@ def hybrid_report(a, mode, study, runs):
     deck = os.path.basename(str(study.get("deck", "")))
     what = {"hybrid": f"{study.get('max_ranks', '')} ranks, fixed N",
             "hybrid-weak": "N = N0·D"}[mode]
-    fig.suptitle(f"{mode} scaling" + (f", {deck}" if deck else "") + f", {what}")
+    fig.suptitle(f"{mode} scaling" + (f", {deck}" if deck else "") + f", {what}"
+                 + (f"\n{marked} point(s) on a machine loaded beyond its cores (ringed): timings not "
+                    "representative" if marked else ""), color="#b00000" if marked else "black")
     fig.tight_layout()
     out = a.output or os.path.join(a.out_dir, "hybrid.png")
     fig.savefig(out, dpi=130)
@@ -368,6 +405,7 @@ def main():
     nan = lambda v, spec: "n/a" if math.isnan(v) else format(v, spec)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(12, 4.8))
     all_k = sorted({K for K, _ in runs})
+    marked = 0
     Kb_all = set()
     for i, M in enumerate(sorted({M for _, M in runs})):
         ks = sorted(K for K, m in runs if m == M)
@@ -390,6 +428,9 @@ def main():
                [(runs[K, M]["X_max"] - runs[K, M]["X"]) / base for K in ks]]
         ax_s.errorbar(ks, S, yerr=err, fmt="none", ecolor=color, capsize=3, alpha=0.8)
         ax_s.plot(ks, S, "o-", color=color, label=f"M = {M}")
+        flags = [runs[K, M]["overloaded"] for K in ks]
+        marked += mark_overloaded(ax_s, ks, S, flags)
+        mark_overloaded(ax_e, ks, E, flags)
         ax_s.plot(ks, P, "--", color=color, alpha=0.7)
         ax_e.plot(ks, E, "o-", color=color, label=f"M = {M}")
         ax_e.plot(ks, [pr / (K / Kb) for pr, K in zip(P, ks)], "--", color=color, alpha=0.7)
@@ -399,6 +440,10 @@ def main():
     ax_e.axhline(1.0, linestyle=":", color="black", label="ideal")
     ax_s.plot([], [], "--", color="grey", label="bubble model K·M/(M+K-1)")
     ax_e.plot([], [], "--", color="grey", label="bubble model M/(M+K-1)")
+    if marked:
+        for ax in (ax_s, ax_e):
+            ax.plot([], [], "o", markersize=10, markerfacecolor="none", markeredgecolor="#d00000",
+                    label="machine loaded beyond its cores")
     rel = "K = 1" if Kb_all == {1} else "the smallest K"
     ax_s.set_ylabel(f"{label} (relative to {rel})")
     ax_e.set_ylabel("parallel efficiency" if mode == "strong" else "weak-scaling efficiency")
@@ -410,7 +455,9 @@ def main():
         ax.legend(fontsize=8)
     what = (f"fixed N = {N0}" if mode == "strong" else f"N = {N0}·K") if N0 is not None else ""
     deck = os.path.basename(str(study.get("deck", "")))
-    fig.suptitle(f"{mode} scaling" + (f", {deck}" if deck else "") + (f", {what}" if what else ""))
+    fig.suptitle(f"{mode} scaling" + (f", {deck}" if deck else "") + (f", {what}" if what else "")
+                 + (f"\n{marked} point(s) on a machine loaded beyond its cores (ringed): timings not "
+                    "representative" if marked else ""), color="#b00000" if marked else "black")
     fig.tight_layout()
     out = a.output or os.path.join(a.out_dir, "scaling.png")
     fig.savefig(out, dpi=130)

@@ -7,7 +7,11 @@ One row per rank (rank 0 on top). Forward (F), backward (B), recompute (R),
 the split backward of the zero_bubble schedule (I: its B op, the input
 gradient; W: the weight gradient) and optimizer (opt) boxes are colored by
 kind, named in the legend and labeled with the
-micro-batch index where they are wide enough; sends are thin black marks at
+micro-batch index where they are wide enough. Under fill_drain and 1f1b
+one W box per rank follows its last backward: the weight gradients of the
+dense layers for the whole mini-batch (all M micro-batches stacked, one GEMM
+per layer; their B boxes then compute input gradients and the other layers'
+weight gradients), labelled "W all M" and explained in the legend; sends are thin black marks at
 the top of a row, receives thin marks at the bottom; explicit waits are grey
 cross-hatched, and any other time inside the rank's step is hatched as idle.
 The title gives K, M and the bubble: measured (the run's mean over ranks and
@@ -57,6 +61,20 @@ def die(msg):
 
 def text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def overload_note(attrs):
+    """'' or a note when the run record says the machine was loaded beyond its cores."""
+    import json
+    try:
+        load = json.loads(text(attrs.get("run_record", "{}"))).get("machine_load") or {}
+    except ValueError:
+        return ""
+    loads = [v for v in (load.get("start"), load.get("end")) if isinstance(v, (int, float))]
+    cores = load.get("cores")
+    if not loads or not cores or max(loads) <= cores:
+        return ""
+    return f"machine loaded beyond its cores: load {max(loads):.1f} > {cores} cores"
 
 
 def read_dataset(f, path, name, fields):
@@ -124,6 +142,8 @@ def main():
     ms = lambda t: (np.asarray(t, dtype=float) - t0) * 1e3
     width_ms = span * 1e3
 
+    schedule = str(attrs.get("schedule", "fill_drain"))
+    batched_w = schedule != "zero_bubble"  # one W box of the whole mini-batch per rank
     fig, ax = plt.subplots(figsize=(13, 2.2 + 0.55 * K))
     for r, (ev, st) in enumerate(rows):
         # the rank's step window, hatched: whatever no event covers is idle
@@ -137,7 +157,10 @@ def main():
                 ax.broken_barh([(x, w)], (r - 0.3, 0.6), facecolor=color, edgecolor="black",
                                linewidth=0.4)
                 m = int(e["micro_batch"])
-                for label in ([prefix] if m < 0 else [f"{prefix}{m}", str(m)]):
+                labels = [prefix] if m < 0 else [f"{prefix}{m}", str(m)]
+                if kind == "backward_weights" and batched_w:
+                    labels = [f"W all {M}", "W"]
+                for label in labels:
                     if w > width_ms * 0.0045 * (len(label) + 1):  # about the text's width
                         ax.text(x + w / 2, r, label, ha="center", va="center", fontsize=7,
                                 color="white", clip_on=True)
@@ -163,18 +186,27 @@ def main():
     run_bubble = attrs.get("bubble_fraction_measured")
     measured = (f"run {float(run_bubble):.3f}, this step {step_bubble:.3f}" if run_bubble is not None
                 else f"this step {step_bubble:.3f}")
-    ax.set_title(f"{os.path.basename(a.trace)}, step {S}: K = {K} ranks, M = {M} micro-batches"
+    title_deck = os.path.basename(text(attrs["deck"])) if "deck" in attrs else ""
+    note = overload_note(attrs)
+    ax.set_title(f"{os.path.basename(a.trace)}" + (f" ({title_deck})" if title_deck else "")
+                 + f", step {S}: K = {K} ranks, M = {M} micro-batches"
                  + (f", N = {int(attrs['batch_size'])}" if "batch_size" in attrs else "")
                  + (f", {attrs['schedule']}" if "schedule" in attrs else "")
                  + (f", remat {attrs['remat']}" if "remat" in attrs else "")
-                 + f"\nbubble measured {measured}; analytical {analytical:.3f}",
-                 fontsize=10)
+                 + f"\nbubble measured {measured}; analytical {analytical:.3f}"
+                 + (f"\n{note}: timings not representative" if note else ""),
+                 fontsize=10, color="#b00000" if note else "black")
     ax.set_yticks(range(K), [f"rank {r}" for r in range(K)])
     ax.set_ylim(K - 0.5, -0.5)
     ax.set_xlim(0, width_ms * 1.01)
     ax.set_xlabel("time since the step's first start (ms)")
     present = {kinds.get(int(k)) for ev, _ in rows for k in np.unique(ev["kind"])}
-    handles = [Patch(facecolor=c, edgecolor="black", label=LEGEND[k]) for k, (c, _) in BOXES.items()
+    legend = dict(LEGEND)
+    if batched_w:
+        legend["backward"] = "backward (B: input gradients; dense weight gradients in W)"
+        legend["backward_weights"] = (f"W: dense weight gradients of all M = {M} micro-batches, one GEMM "
+                                      "per layer after the last B")
+    handles = [Patch(facecolor=c, edgecolor="black", label=legend[k]) for k, (c, _) in BOXES.items()
                if k in present]
     extra = {"send": Patch(facecolor="black", label="send (top)"),
              "receive": Patch(facecolor="#C44E52", label="receive (bottom)"),
@@ -184,8 +216,10 @@ def main():
     handles += [h for k, h in extra.items() if k in present]
     handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", hatch="///", label="idle"))
     height = fig.get_size_inches()[1]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
-    legend_rows = (len(handles) + 5) // 6
+    columns = 3 if batched_w and "backward_weights" in present else 6
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), columns), fontsize=8,
+               frameon=False)
+    legend_rows = (len(handles) + columns - 1) // columns
     fig.tight_layout(rect=(0, (0.2 + 0.2 * legend_rows) / height, 1, 1))
     out = a.output or os.path.splitext(a.trace)[0] + f"_step{S}.png"
     fig.savefig(out, dpi=130)

@@ -68,10 +68,11 @@ gpipe_status gpipe_initialize(int* argc, char*** argv);
 gpipe_status gpipe_finalize(void);
 
 /* Creates a trainer from YAML deck text (the gpipe-train input deck format,
- * docs/input-deck.md; the data section may name placeholder files, it is not
- * read) on a duplicate of `comm`. Collective. */
+ * docs/input-deck.md) on a duplicate of `comm`. The data section is optional
+ * (the caller passes the data; one that is there is checked but not read).
+ * Collective. */
 gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpipe_trainer** out);
-/* As gpipe_create_from_string, from a deck file. Collective. */
+/* As gpipe_create_from_string, from a deck file (data section optional). Collective. */
 gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_trainer** out);
 /* Fortran: the same with a Fortran communicator handle (MPI_Fint). */
 gpipe_status gpipe_create_from_string_f(const char* deck_yaml, MPI_Fint comm, gpipe_trainer** out);
@@ -88,14 +89,20 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
  * n samples: inputs (n, input_features) float32, labels (n) int32 in
  * [0, classes). n <= max_batch, n >= D x the deck's micro_batches (D = 1
  * unless the deck's parallel section makes replicas; the global batch is
- * split into D shards). Every rank passes the same n and samples.
- * *mean_loss (may be NULL) receives the mean loss, on every rank. Collective. */
+ * split into D shards). Every rank passes the same n and samples: a checksum
+ * of inputs and labels is compared over the trainer's communicator (one
+ * MPI_Allreduce), and a rank passing other samples makes the call fail on
+ * every rank with GPIPE_ERROR_INPUT, the message naming the ranks that differ
+ * from rank 0 ("the inputs of rank 1 differ from rank 0's"); nothing is
+ * trained. *mean_loss (may be NULL) receives the mean loss, on every rank.
+ * Collective. */
 gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const int32_t* labels,
                               int64_t n, double* mean_loss);
 
 /* One training step with float targets (n, classes) row-major float32, for
  * decks whose model.loss is mse, mae or huber (regression; "classes" is then
- * the number of outputs). Same n rules and *mean_loss as gpipe_train_step.
+ * the number of outputs). Same n rules, batch check (of inputs and targets)
+ * and *mean_loss as gpipe_train_step.
  * GPIPE_ERROR_INPUT for a softmax_cross_entropy deck. Collective. */
 gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* inputs,
                                       const float* targets, int64_t n, double* mean_loss);

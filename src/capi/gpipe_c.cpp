@@ -4,10 +4,13 @@
 #include "gpipe/gpipe.h"
 
 #include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
@@ -68,6 +71,60 @@ gpipe_status agree_arguments(gpipe_status local, MPI_Comm comm, const char* func
     last_error = std::string(function) + ": rank " + std::to_string(a.first_rank) +
                  " rejected its arguments: " + a.message;
   return gpipe_status(a.kind);
+}
+
+// A checksum of `bytes` bytes (64-bit, word by word): equal batches give
+// equal sums; a difference anywhere changes it (but for a 2^-64 chance).
+std::uint64_t checksum(const void* data, std::size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 0xcbf29ce484222325ull ^ bytes;
+  std::size_t i = 0;
+  for (; i + 4 <= bytes; i += 4) {
+    std::uint32_t w;
+    std::memcpy(&w, p + i, 4);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Collective over `comm`, after the arguments are agreed: every rank must
+// pass the same batch (the first cell uses the inputs, the last the labels or
+// targets; a rank passing other samples would silently train on a mix). One
+// MPI_Allreduce of the minima of n and of two checksums (each with its
+// complement: min == max) when they agree; otherwise an MPI_Allgather to name
+// the ranks, and GPIPE_ERROR_INPUT on every rank with the same message.
+// Different n pass here: the step itself names the sample counts.
+gpipe_status check_same_batch(const void* inputs, std::size_t input_bytes, const void* targets,
+                              std::size_t target_bytes, const char* target_name, std::int64_t n,
+                              MPI_Comm comm, const char* function) {
+  const std::uint64_t in = checksum(inputs, input_bytes), out = checksum(targets, target_bytes);
+  const auto count = std::uint64_t(n);
+  std::uint64_t local[6] = {in, ~in, out, ~out, count, ~count}, least[6];
+  MPI_Allreduce(local, least, 6, MPI_UINT64_T, MPI_MIN, comm);
+  if (least[4] != ~least[5]) return GPIPE_OK;  // different n: Pipeline::step's message
+  if (least[0] == ~least[1] && least[2] == ~least[3]) return GPIPE_OK;
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  std::vector<std::uint64_t> all(2 * std::size_t(ranks));
+  const std::uint64_t mine[2] = {in, out};
+  MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm);
+  std::string message = std::string(function) +
+                        ": every rank must pass the same batch (the same n samples), but";
+  const char* names[2] = {"inputs", target_name};
+  bool first = true;
+  for (int a = 0; a < 2; ++a) {
+    std::string differ;
+    for (int r = 1; r < ranks; ++r)
+      if (all[2 * std::size_t(r) + a] != all[std::size_t(a)])
+        differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    if (differ.empty()) continue;
+    message += std::string(first ? "" : ";") + " the " + names[a] + " of rank" +
+               (differ.find(',') == std::string::npos ? " " : "s ") + differ + " differ from rank 0's";
+    first = false;
+  }
+  return fail(GPIPE_ERROR_INPUT, message + " (checksums compared over the trainer's communicator)");
 }
 
 template <class Trainer>
@@ -218,13 +275,13 @@ gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpip
   return create_agreed(
       deck_yaml && out, "gpipe_create_from_string: deck_yaml and out must not be NULL",
       "gpipe_create_from_string",
-      [&] { return gpipe::parse_deck(deck_yaml, "<deck string>"); }, comm, out);
+      [&] { return gpipe::parse_model_deck(deck_yaml, "<deck string>"); }, comm, out);
 }
 
 gpipe_status gpipe_create_from_file(const char* deck_path, MPI_Comm comm, gpipe_trainer** out) {
   return create_agreed(
       deck_path && out, "gpipe_create_from_file: deck_path and out must not be NULL",
-      "gpipe_create_from_file", [&] { return gpipe::load_deck(deck_path); }, comm, out);
+      "gpipe_create_from_file", [&] { return gpipe::load_model_deck(deck_path); }, comm, out);
 }
 
 gpipe_status gpipe_create_from_string_f(const char* deck_yaml, MPI_Fint comm, gpipe_trainer** out) {
@@ -260,6 +317,11 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
                                   : check_train_arguments(trainer, labels, n);
       },
       [&] {
+        const auto& d = trainer->deck;
+        const gpipe_status same = check_same_batch(
+            inputs, std::size_t(n * d.model.input_features) * sizeof(float), labels,
+            std::size_t(n) * sizeof(int32_t), "labels", n, comm_of(trainer), "gpipe_train_step");
+        if (same != GPIPE_OK) return same;
         std::visit(
             [&](auto& t) {
               const double loss = t->from_last(t->step(inputs, labels, n).loss);
@@ -280,6 +342,12 @@ gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* input
                                    : check_target_arguments(trainer, n);
       },
       [&] {
+        const auto& d = trainer->deck;
+        const gpipe_status same = check_same_batch(
+            inputs, std::size_t(n * d.model.input_features) * sizeof(float), targets,
+            std::size_t(n * d.model.classes()) * sizeof(float), "targets", n, comm_of(trainer),
+            "gpipe_train_step_targets");
+        if (same != GPIPE_OK) return same;
         std::visit(
             [&](auto& t) {
               const double loss = t->from_last(t->step(inputs, targets, n).loss);

@@ -365,6 +365,38 @@ LatestCheckpoint find_latest_checkpoint(const std::string& directory, const Mode
   return latest;
 }
 
+std::string newest_checkpoint(const std::string& directory) {
+  h5::silence_errors();
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec))
+    throw InputError(fmt::format("{}: no such directory", directory));
+  std::string best;
+  std::int64_t best_ns = 0, best_step = -1;
+  std::vector<std::string> skipped;
+  for (const auto& f : list_checkpoints(directory)) {
+    std::int64_t ns = 0;
+    try {
+      const CheckpointInfo info = read_checkpoint_info(f.path);
+      ns = info.written_ns != 0 ? info.written_ns : modified_ns(f.path);
+    } catch (const std::exception& e) {
+      skipped.push_back(e.what());
+      continue;
+    }
+    if (best.empty() || ns > best_ns || (ns == best_ns && f.step > best_step) ||
+        (ns == best_ns && f.step == best_step && f.path > best)) {
+      best = f.path;
+      best_ns = ns;
+      best_step = f.step;
+    }
+  }
+  if (best.empty())
+    throw InputError(skipped.empty()
+                         ? fmt::format("{}: no complete checkpoint (ckpt_*.h5) in this directory", directory)
+                         : fmt::format("{}: no readable checkpoint; skipped: {}", directory,
+                                       fmt::join(skipped, "; ")));
+  return best;
+}
+
 std::vector<std::string> remove_partial_checkpoints(const std::string& directory) {
   std::vector<std::string> removed;
   std::error_code ec;

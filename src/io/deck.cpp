@@ -537,8 +537,9 @@ const std::vector<std::string>& settable_keys() {
   return keys;
 }
 
-Deck parse_deck(const std::string& text, const std::string& name,
-                const std::vector<std::string>& overrides) {
+namespace {
+Deck parse(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+           bool data_required) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -563,7 +564,8 @@ Deck parse_deck(const std::string& text, const std::string& name,
   kernels::parse_choice(deck.kernels, name + ": kernels");  // e.g. onednn in a build without it
 
   deck.model = read_model(section(root, "model", name, true));
-  deck.data = read_data(section(root, "data", name, true), deck.model);
+  if (data_required || root["data"])
+    deck.data = read_data(section(root, "data", name, true), deck.model);
   deck.training = read_training(section(root, "training", name, true));
   deck.optimizer = read_optimizer(section(root, "optimizer", name, false));
   deck.pipeline = read_pipeline(section(root, "pipeline", name, false));
@@ -584,6 +586,17 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.text = out.c_str();
   return deck;
 }
+}  // namespace
+
+Deck parse_deck(const std::string& text, const std::string& name,
+                const std::vector<std::string>& overrides) {
+  return parse(text, name, overrides, true);
+}
+
+Deck parse_model_deck(const std::string& text, const std::string& name,
+                      const std::vector<std::string>& overrides) {
+  return parse(text, name, overrides, false);
+}
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
@@ -591,6 +604,14 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
   std::stringstream text;
   text << in.rdbuf();
   return parse_deck(text.str(), path, overrides);
+}
+
+Deck load_model_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open input deck (missing or unreadable)", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_model_deck(text.str(), path, overrides);
 }
 
 }  // namespace gpipe

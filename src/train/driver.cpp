@@ -69,26 +69,45 @@ void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start)
   const double sum = pipeline_.from_last(p.epoch_loss_sum);
   const double count = pipeline_.from_last(double(p.loss_samples));
   std::string metric;
+  double rmse = 0;
   if (pipeline_.deck().model.loss.regression()) {  // collective: before the rank-0 return
     const auto m = regression_metrics(pipeline_.from_last(p.metric_moments),
                                       std::int64_t(pipeline_.from_last(double(p.metric_samples))),
                                       pipeline_.normalization().target_std);
+    rmse = m.rmse_all;
     metric = "  rmse " + figure(m.rmse_all);
   }
-  if (!log_) return;
+  const bool root = pipeline_.rank() == 0;
+  if (!log_ && !(root && progress_)) return;
   const std::int64_t done = pipeline_.steps_done();
+  // The rate of the step just taken (next_learning_rate() is that of step `done`).
+  const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
+  const double loss = count > 0 ? sum / count : 0.0;
+  const double rate = double(seen) / (MPI_Wtime() - start);
+  if (root && progress_) {
+    ProgressRecord r;
+    r.step = done;
+    r.epoch = p.epoch + 1;
+    r.epoch_step = step;
+    r.epoch_steps = per_epoch_;
+    r.loss = loss;
+    r.loss_finite = std::isfinite(loss);
+    r.regression = !metric.empty();
+    r.train_rmse = rmse;
+    r.learning_rate = lr;
+    r.samples_per_second = rate;
+    progress_(r);
+  }
+  if (!log_) return;
   const double per_step = (MPI_Wtime() - fit_start_) / double(std::max<std::int64_t>(done - first_step_, 1));
   const auto eta = std::int64_t(per_step * double(pipeline_.total_steps() - done) + 0.5);
   const std::time_t wall = std::time(nullptr);
   std::tm tm{};
   localtime_r(&wall, &tm);
-  // The rate of the step just taken (next_learning_rate() is that of step `done`).
-  const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
   *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {}{}  lr {:.3g}  "
                        "{:.0f} samples/s  ETA {}:{:02d}:{:02d}\n",
                        tm.tm_hour, tm.tm_min, tm.tm_sec, p.epoch + 1, t.epochs, step, per_epoch_,
-                       figure(count > 0 ? sum / count : 0.0), metric, lr,
-                       double(seen) / (MPI_Wtime() - start), eta / 3600, eta / 60 % 60, eta % 60)
+                       figure(loss), metric, lr, rate, eta / 3600, eta / 60 % 60, eta % 60)
         << std::flush;
 }
 
@@ -199,6 +218,7 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
       r.train_metrics = regression_metrics(p.metric_moments, p.metric_samples,
                                            pipeline_.normalization().target_std);
     r.test = pipeline_.evaluate(test);
+    if (pipeline_.rank() == 0 && epoch_done_) epoch_done_(r);
     log_epoch(r, p.epoch_samples);
     reports.push_back(r);
     pipeline_.set_position(DataPosition{epoch + 1, 0, 0.0, 0, {}, 0});

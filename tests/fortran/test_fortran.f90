@@ -19,12 +19,10 @@ program test_fortran
   real(c_double) :: loss, first_loss
   character(len=*), parameter :: deck = &
     "model: {input: 4, layers: [{type: dense, units: 16}, {type: relu}, {type: dense, units: 3}]}" // &
-    new_line('a') // "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}" // &
     new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
     new_line('a') // "optimizer: {type: adam, lr: 0.05}"
   character(len=*), parameter :: regression_deck = &
     "model: {input: 4, loss: mse, layers: [{type: dense, units: 16}, {type: tanh}, {type: dense, units: 2}]}" // &
-    new_line('a') // "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}" // &
     new_line('a') // "training: {epochs: 1, batch_size: 8, micro_batches: 2}" // &
     new_line('a') // "optimizer: {type: adam, lr: 0.02}"
 

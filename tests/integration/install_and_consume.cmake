@@ -1,6 +1,9 @@
 # Installs gpipe into a scratch prefix and, as a user's code would, builds and
-# runs against it: apps/examples with find_package(gpipe) (C++), the Fortran
-# test program with gpipe::fortran, and the C API test program with
+# runs against it: apps/examples with find_package(gpipe) (C++); a CXX-only
+# project (consumer_cxx) that compiles every installed header on its own and
+# trains with gpipe::Pipeline / gpipe::fit; a C-only project (consumer_c) and
+# a Fortran-only one (consumer_fortran, gpipe::fortran); and the C API test
+# program with
 #     mpicc c_header_check.c $(pkg-config --cflags --libs gpipe)
 # cmake -DGPIPE_BUILD_DIR=... -DGPIPE_SOURCE_DIR=... -DWORK_DIR=...
 #       [-DGPIPE_FORTRAN=ON -DMPI_C_COMPILER=mpicc -DPKG_CONFIG=pkg-config] -P install_and_consume.cmake
@@ -29,6 +32,7 @@ endfunction()
 
 run(${CMAKE_COMMAND} --install ${GPIPE_BUILD_DIR} --prefix ${prefix})
 set(expected include/gpipe/gpipe.h include/gpipe/config.hpp include/gpipe/pipeline/cell.hpp
+    include/gpipe/pipeline/buffer_plan.hpp include/gpipe/model/layer_seconds.hpp
     lib/cmake/gpipe/gpipeConfig.cmake bin/gpipe-train bin/gpipe-infer lib/pkgconfig/gpipe.pc
     share/gpipe-kokkos/inputs/fashion_mnist_mlp.yaml share/gpipe-kokkos/docs/file-formats.md
     share/gpipe-kokkos/scripts/plot_scaling.py share/gpipe-kokkos/README.md)
@@ -49,7 +53,25 @@ run(${CMAKE_COMMAND} --build ${WORK_DIR}/build -j2)
 run(${WORK_DIR}/build/heat_surrogate --steps 1500 --max-error 0.2)
 math(EXPR passed "${passed} + 1")
 
-# Fortran: find_package(gpipe COMPONENTS fortran), gpipe::fortran.
+# C++ only (project(x CXX)): every installed header on its own, and a
+# Pipeline trained with gpipe::fit.
+run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/tests/integration/consumer_cxx -B ${WORK_DIR}/build-cxx
+    -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})
+if(NOT run_output MATCHES "compiling ([0-9]+) installed headers on their own")
+  message(FATAL_ERROR "the CXX-only consumer did not list the installed headers:\n${run_output}")
+endif()
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-cxx -j2)
+run_consumer(C++ "C\\+\\+ consumer: passed" ${WORK_DIR}/build-cxx/cxx_consumer)
+math(EXPR passed "${passed} + 1")
+
+# C only (project(x C)) through CMake: the C API test program.
+run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/tests/integration/consumer_c -B ${WORK_DIR}/build-c
+    -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-c)
+run_consumer(C "4 passed, 0 failed" ${WORK_DIR}/build-c/c_consumer)
+math(EXPR passed "${passed} + 1")
+
+# Fortran (project(x Fortran)): find_package(gpipe COMPONENTS fortran), gpipe::fortran.
 if(GPIPE_FORTRAN)
   run(${CMAKE_COMMAND} -S ${GPIPE_SOURCE_DIR}/tests/integration/consumer_fortran
       -B ${WORK_DIR}/build-fortran -DCMAKE_BUILD_TYPE=Release -Dgpipe_ROOT=${prefix})

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
@@ -314,6 +315,97 @@ TEST(CApi, AnArgumentRejectedOnOneRankFailsEveryRankWithTheSameStatus) {
     EXPECT_EQ(gpipe_train_step(t, rank == 0 ? nullptr : b.inputs.data(), b.labels.data(), last ? 9 : 8, nullptr),
               GPIPE_ERROR_NULL_ARGUMENT);
   expect_usable_then_destroy(t, b);
+}
+
+// A deck without a data section (the caller passes the data): accepted by
+// both constructors, and it trains bitwise as the same deck with one.
+TEST(CApi, DeckWithoutDataSection) {
+  std::string no_data = kDeck;
+  const auto at = no_data.find("\ndata: ");
+  ASSERT_NE(at, std::string::npos);
+  no_data.erase(at, no_data.find('\n', at + 1) - at);
+  ASSERT_EQ(no_data.find("data:"), std::string::npos) << no_data;
+  gpipe_trainer *with = nullptr, *without = nullptr, *from_file = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &with), GPIPE_OK) << gpipe_last_error();
+  ASSERT_EQ(gpipe_create_from_string(no_data.c_str(), MPI_COMM_WORLD, &without), GPIPE_OK)
+      << gpipe_last_error();
+  const std::string path = ::testing::TempDir() + "gpipe_capi_no_data_" +
+                           std::to_string(test::world_size()) + "_" + std::to_string(test::world_rank()) +
+                           ".yaml";
+  { std::ofstream(path) << no_data; }
+  ASSERT_EQ(gpipe_create_from_file(path.c_str(), MPI_COMM_WORLD, &from_file), GPIPE_OK) << gpipe_last_error();
+  for (std::uint64_t s = 0; s < 2; ++s) {
+    const Batch x = batch(60 + s);
+    double a = -1, b = -2, c = -3;
+    ASSERT_EQ(gpipe_train_step(with, x.inputs.data(), x.labels.data(), 8, &a), GPIPE_OK) << gpipe_last_error();
+    ASSERT_EQ(gpipe_train_step(without, x.inputs.data(), x.labels.data(), 8, &b), GPIPE_OK) << gpipe_last_error();
+    ASSERT_EQ(gpipe_train_step(from_file, x.inputs.data(), x.labels.data(), 8, &c), GPIPE_OK) << gpipe_last_error();
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c);
+  }
+  // A data section that is there is still checked.
+  gpipe_trainer* bad = nullptr;
+  const std::string bad_data = no_data + "data: {format: idx}\n";
+  EXPECT_EQ(gpipe_create_from_string(bad_data.c_str(), MPI_COMM_WORLD, &bad), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(bad, nullptr);
+  for (auto* t : {with, without, from_file}) EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+  std::filesystem::remove(path);
+}
+
+// Every rank of a pipeline must pass the same batch: a rank passing other
+// inputs (here the odd ranks) or other labels (the last rank) fails the step
+// on every rank with one message naming those ranks; nothing is trained.
+TEST(CApi, RanksPassingDifferentBatchesFailNamingThem) {
+  const int R = test::world_size(), me = test::world_rank();
+  if (R < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  int64_t count = 0;
+  ASSERT_EQ(gpipe_parameter_count(t, &count), GPIPE_OK);
+  std::vector<double> before(static_cast<size_t>(count)), after(before.size());
+  ASSERT_EQ(gpipe_get_parameters(t, before.data(), count), GPIPE_OK);
+
+  Batch x = batch(70);
+  if (me % 2 == 1) x.inputs[13] += 1.0f;  // one value of one sample, as a differently seeded rank
+  EXPECT_EQ(gpipe_train_step(t, x.inputs.data(), x.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  std::string odd;
+  for (int r = 1; r < R; r += 2) odd += (odd.empty() ? "" : ", ") + std::to_string(r);
+  const std::string head = "gpipe_train_step: every rank must pass the same batch (the same n samples), but";
+  const std::string tail = " (checksums compared over the trainer's communicator)";
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            head + " the inputs of rank" + (R > 3 ? "s " : " ") + odd + " differ from rank 0's" + tail);
+
+  Batch y = batch(71);
+  if (me == R - 1) y.labels[7] = (y.labels[7] + 1) % 4;
+  EXPECT_EQ(gpipe_train_step(t, y.inputs.data(), y.labels.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            head + " the labels of rank " + std::to_string(R - 1) + " differ from rank 0's" + tail);
+
+  // Both at once, with targets: a regression deck.
+  std::string mse = test::deck_text(  // 5 layers: up to 4 ranks (cells)
+      "[{type: dense, units: 6}, {type: tanh}, {type: dense, units: 6}, {type: tanh}, {type: dense, units: 2}]",
+      5, 8, 2, "double", "{}", "{type: adam, lr: 0.01}");
+  mse.replace(mse.find("\n  layers:"), 0, "\n  loss: mse");
+  gpipe_trainer* r = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(mse.c_str(), MPI_COMM_WORLD, &r), GPIPE_OK) << gpipe_last_error();
+  std::vector<float> targets(16, 0.5f);
+  if (me == 1) {
+    x.inputs[0] += 1.0f;
+    targets[3] = -0.5f;
+  }
+  EXPECT_EQ(gpipe_train_step_targets(r, x.inputs.data(), targets.data(), 8, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            "gpipe_train_step_targets: every rank must pass the same batch (the same n samples), but the "
+            "inputs of rank" + std::string(R > 3 ? "s " : " ") + odd + " differ from rank 0's; the targets "
+            "of rank 1 differ from rank 0's" + tail);
+  EXPECT_EQ(gpipe_destroy(r), GPIPE_OK);
+
+  ASSERT_EQ(gpipe_get_parameters(t, after.data(), count), GPIPE_OK);
+  EXPECT_EQ(after, before);  // no step was applied
+  // The same batch everywhere trains again.
+  const Batch z = batch(72);
+  EXPECT_EQ(gpipe_train_step(t, z.inputs.data(), z.labels.data(), 8, nullptr), GPIPE_OK) << gpipe_last_error();
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
 }
 
 }  // namespace

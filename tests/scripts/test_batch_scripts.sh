@@ -181,5 +181,52 @@ else
   echo "skipped: plot_scaling.py, plot_training.py (no python3 with matplotlib)"
 fi
 
+# ---- train.sbatch: one folder per experiment, resumed only by the same one
+tj="$work/train"; mkdir -p "$tj"; cp inputs/heat1d_surrogate.yaml "$tj/deck.yaml"
+train_job() {  # environment assignments...; runs the job body in $tj (dry run)
+  (cd "$tj" && env -i PATH="$PATH" GPIPE_DRY_RUN=1 SLURM_NTASKS=2 "$@" bash "$root/scripts/slurm/train.sbatch" 2>&1)
+}
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--set optimizer.lr=1e-3")"
+expect "train: experiment from deck and overrides" 0 $? \
+  "experiment deck-[0-9a-f]{10} in checkpoints/deck-[0-9a-f]{10}" "$out"
+exp1="$(grep -oE 'checkpoints/deck-[0-9a-f]{10}' <<<"$out" | head -n 1)"
+expect "train: the folder's summary and metrics stream" 0 0 \
+  "srun --cpus-per-task=1 build/apps/gpipe-train deck.yaml --set checkpoint.directory=$exp1 --summary $exp1/summary.json --metrics $exp1/metrics.jsonl --set optimizer.lr=1e-3$" "$out"
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--set optimizer.lr=1e-3")"
+[ "$(grep -oE 'checkpoints/deck-[0-9a-f]{10}' <<<"$out" | head -n 1)" = "$exp1" ] && ok \
+  || fail "the same deck and overrides gave another folder"$'\n'"$out"
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--set optimizer.lr=2e-3")"
+exp2="$(grep -oE 'checkpoints/deck-[0-9a-f]{10}' <<<"$out" | head -n 1)"
+[ -n "$exp2" ] && [ "$exp2" != "$exp1" ] && ok || fail "another override, the same folder $exp1"$'\n'"$out"
+# a folder with the experiment's record and a checkpoint: resumed (--restart latest)
+mkdir -p "$tj/$exp1"
+(cd "$tj" && { printf 'deck: deck.yaml\nkey: %s\n' "${exp1##*-}"; printf 'set: optimizer.lr=1e-3\n'; } >"$exp1/experiment.txt")
+touch "$tj/$exp1/ckpt_000000040_0123456789abcdef.h5"
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--set optimizer.lr=1e-3")"
+expect "train: the same experiment resumes" 0 $? "resuming \(--restart latest\).*"$'\n'".*--restart latest --summary" "$out"
+echo "job 7 at then" >"$tj/$exp1/complete"
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--set optimizer.lr=1e-3")"
+expect "train: a complete experiment runs nothing" 0 $? "experiment 'deck-[0-9a-f]{10}' is complete \(job 7 at then\): nothing to run" "$out"
+[ "$(count '^srun ' "$out")" -eq 0 ] && ok || fail "train: srun ran for a complete experiment"$'\n'"$out"
+rm "$tj/$exp1/complete"
+# a named experiment reused for another deck: an error listing the choices, nothing run
+out="$(train_job DECK=deck.yaml EXPERIMENT="${exp1#checkpoints/}" EXTRA_ARGS="--set optimizer.lr=5e-3")"
+expect "train: another deck's folder refused" 2 $? "holds experiment 'deck-[0-9a-f]{10}' of another deck or other overrides" "$out"
+expect "train: the choices" 0 0 "a new experiment: unset EXPERIMENT.*" "$out"
+expect "train: the recorded overrides shown" 0 0 "set: optimizer.lr=1e-3" "$out"
+[ "$(count '^srun ' "$out")" -eq 0 ] && ok || fail "train: srun ran despite the error"$'\n'"$out"
+# checkpoints without the record (not this script's folder): refused too
+mkdir -p "$tj/checkpoints/old"; touch "$tj/checkpoints/old/ckpt_000000001.h5"
+out="$(train_job DECK=deck.yaml CKPT_DIR=checkpoints/old)"
+expect "train: a folder of unknown checkpoints refused" 2 $? "holds checkpoints but no experiment.txt" "$out"
+out="$(train_job DECK=deck.yaml EXPERIMENT="a b")"
+expect "train: a bad experiment name" 2 $? "EXPERIMENT='a b': use letters, digits" "$out"
+out="$(train_job DECK=deck.yaml EXTRA_ARGS="--summary s.json")"
+expect "train: --summary given replaces the default" 0 $? "--metrics checkpoints/deck-[0-9a-f]{10}/metrics.jsonl --summary s.json$" "$out"
+# the template: no fixed tasks per node, appended log, requeue, the signal
+grep -q '^#SBATCH --ntasks-per-node' scripts/slurm/train.sbatch && fail "train.sbatch fixes --ntasks-per-node" || ok
+grep -q '^#SBATCH --open-mode=append' scripts/slurm/train.sbatch && ok || fail "train.sbatch: log not appended across requeues"
+grep -q '^#SBATCH --requeue' scripts/slurm/train.sbatch && ok || fail "train.sbatch: not requeueable"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -122,6 +122,14 @@ LatestCheckpoint find_latest_checkpoint(const std::string& directory, const Mode
                                         const std::string& precision,
                                         const std::string& optimizer, MPI_Comm comm);
 
+/// The newest complete checkpoint in `directory` whatever its model (for a
+/// reader that takes the model from the file, as gpipe-infer does): among
+/// ckpt_*.h5 (never .tmp) whose header reads, the latest `written_ns`
+/// (modification time for files without it), then the highest step. Read by
+/// this process alone (not collective). Throws InputError naming the
+/// directory if there is none, listing the files it passed over and why.
+std::string newest_checkpoint(const std::string& directory);
+
 /// Removes run `run`'s checkpoints in `directory` except its `keep` (>= 1)
 /// highest steps. Files of other runs (other ids, or no id) are never
 /// touched, nor the newest checkpoint of `run`. Not collective (call on one rank).

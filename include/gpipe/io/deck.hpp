@@ -92,6 +92,14 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
 Deck parse_deck(const std::string& text, const std::string& name,
                 const std::vector<std::string>& overrides = {});
 
+/// As parse_deck and load_deck for a caller that passes the data itself (the
+/// C and Fortran APIs, a C++ code calling Pipeline::step): the data section
+/// is optional; without one deck.data keeps its defaults (no files, never
+/// read). A data section that is there is checked as parse_deck checks it.
+Deck parse_model_deck(const std::string& text, const std::string& name,
+                      const std::vector<std::string>& overrides = {});
+Deck load_model_deck(const std::string& path, const std::vector<std::string>& overrides = {});
+
 /// Keys accepted by --set (dotted paths).
 const std::vector<std::string>& settable_keys();
 

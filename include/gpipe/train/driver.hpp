@@ -39,6 +39,21 @@ struct EpochReport {
   double samples_per_second = 0;
 };
 
+/// The figures of one progress line (Driver::set_progress), for a metrics
+/// stream (gpipe-train --metrics, docs/file-formats.md).
+struct ProgressRecord {
+  std::int64_t step = 0;         ///< optimizer steps done in the run (earlier jobs of it included)
+  std::int64_t epoch = 0;        ///< 1-based
+  std::int64_t epoch_step = 0;   ///< steps into the epoch
+  std::int64_t epoch_steps = 0;  ///< steps per epoch
+  double loss = 0;               ///< running mean training loss of the epoch (standardized targets for regression)
+  bool loss_finite = true;
+  double train_rmse = 0;         ///< regression: running training RMSE, the data's units
+  bool regression = false;
+  double learning_rate = 0;      ///< of the step just taken
+  double samples_per_second = 0; ///< over the epoch's steps of this fit so far
+};
+
 /// Runs deck.training.epochs epochs of a Pipeline.
 template <class T>
 class Driver {
@@ -56,6 +71,13 @@ class Driver {
   /// not again if this step is saved) and returns the reports of the complete
   /// epochs; stopped() is then true. Empty (the default): never stop.
   void set_stop(std::function<bool()> stop) { stop_ = std::move(stop); }
+  /// Called on rank 0 of the pipeline at every progress line
+  /// (training.progress_every; also when `log` is null) and after every
+  /// epoch's report, before the epoch line is printed. Not collective.
+  void set_progress(std::function<void(const ProgressRecord&)> progress) {
+    progress_ = std::move(progress);
+  }
+  void set_epoch_done(std::function<void(const EpochReport&)> done) { epoch_done_ = std::move(done); }
   /// Whether the last fit ended on a stop request.
   bool stopped() const { return stopped_; }
 
@@ -99,6 +121,8 @@ class Driver {
   std::int64_t per_epoch_ = 0;
   std::int64_t saved_at_ = -1;
   std::function<bool()> stop_;
+  std::function<void(const ProgressRecord&)> progress_;
+  std::function<void(const EpochReport&)> epoch_done_;
   bool stopped_ = false;
   std::int64_t first_step_ = 0;  // the step this fit started from, and its time (for the ETA)
   double fit_start_ = 0;
