@@ -27,6 +27,7 @@
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
 #include "gpipe/layers/registry.hpp"
+#include "gpipe/loss/token_cross_entropy.hpp"
 #include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
@@ -249,6 +250,14 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   } else {
     j["test_accuracy"] = r.test.finite() ? figure(r.test.accuracy) : nullptr;
   }
+  if (deck.model.loss.tokens()) {  // the loss is per token (nats)
+    const auto m = gpipe::token_metrics(r.test.loss), t = gpipe::token_metrics(r.train_loss);
+    j["test_perplexity"] = r.test.finite() ? figure(m.perplexity) : nullptr;
+    j["test_bits_per_token"] = r.test.finite() ? figure(m.bits) : nullptr;
+    j["train_perplexity"] = r.train_loss_finite ? figure(t.perplexity) : nullptr;
+    j["train_bits_per_token"] = r.train_loss_finite ? figure(t.bits) : nullptr;
+    j["tokens_per_sample"] = deck.model.labels_per_sample();
+  }
   j["test_loss"] = figure(r.test.loss);
   j["train_loss"] = r.train_loss_finite ? figure(r.train_loss) : nullptr;
   j["train_loss_whole_epoch"] = r.train_loss_whole_epoch;
@@ -275,6 +284,10 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
     } else {
       h["test_accuracy"] = e.test.finite() ? figure(e.test.accuracy) : nullptr;
     }
+    if (deck.model.loss.tokens()) {
+      h["test_perplexity"] = e.test.finite() ? figure(gpipe::token_metrics(e.test.loss).perplexity) : nullptr;
+      h["test_bits_per_token"] = e.test.finite() ? figure(gpipe::token_metrics(e.test.loss).bits) : nullptr;
+    }
     j["history"].push_back(h);
   }
   j["samples_per_second"] = train_seconds > 0 ? figure(samples / train_seconds) : nullptr;
@@ -299,8 +312,8 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
                                           train_set.name, train_set.features,
                                           deck.model.input_features));
     if (last && !deck.model.loss.regression()) {
-      gpipe::check_labels(train_set, deck.model.classes());
-      gpipe::check_labels(test_set, deck.model.classes());
+      gpipe::check_labels(train_set, deck.model.vocabulary());
+      gpipe::check_labels(test_set, deck.model.vocabulary());
     }
     if (last && deck.model.loss.regression() && train_set.outputs != deck.model.classes())
       throw gpipe::InputError(fmt::format("{}: {} targets per sample but the model's last layer has "

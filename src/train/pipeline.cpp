@@ -10,6 +10,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/finite.hpp"
 #include "gpipe/model/cost.hpp"
+#include "gpipe/optim/clip.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
@@ -66,8 +67,9 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   }
   regression_ = deck.model.loss.regression();
   outputs_ = deck.model.classes();
+  labels_per_sample_ = std::max<std::int64_t>(deck.model.labels_per_sample(), 1);
   if (cell_->is_last() && !regression_) {
-    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard);
+    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard * labels_per_sample_);
     batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
   }
   if (cell_->is_last() && regression_) {
@@ -79,7 +81,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
 template <class T>
 Targets<T> Pipeline<T>::staged_targets() const {
   if (regression_) return Targets<T>(ConstMatrix<T>(batch_targets_));
-  return Targets<T>(ConstLabelVector(batch_labels_));
+  return Targets<T>(ConstLabelVector(batch_labels_), labels_per_sample_);
 }
 
 template <class T>
@@ -185,7 +187,9 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
     Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
   }
   if (cell_->is_last() && labels && !regression_) {
-    for (std::int64_t i = 0; i < shard.size; ++i) batch_labels_host_(i) = labels[row(i)];
+    const std::int64_t w = labels_per_sample_;  // T labels per sample for token data
+    for (std::int64_t i = 0; i < shard.size; ++i)
+      for (std::int64_t t = 0; t < w; ++t) batch_labels_host_(i * w + t) = labels[row(i) * w + t];
     Kokkos::deep_copy(batch_labels_, batch_labels_host_);
   }
   if (cell_->is_last() && targets && regression_) {
@@ -310,6 +314,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     reducer_->finish();
   }
   last_step_applied_ = check_finite(sums);  // on the reduced gradients
+  if (last_step_applied_ && deck_.optimizer.clip_norm > 0) clip_gradients();
   if (last_step_applied_) {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
     optimizer_->step(cell_->parameters(), cell_->gradients(), lr);
@@ -323,6 +328,19 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
             fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
 #endif
   return sums;
+}
+
+template <class T>
+void Pipeline<T>::clip_gradients() {
+  // optim/clip.hpp: per-layer squared norms, gathered over the pipeline in
+  // layer order (the replicas hold the same reduced gradients), one factor.
+  const Tracer::Scope clip(&tracer_, EventKind::Optimizer, -1);
+  const ExecSpace& space = cell_->execution_space();
+  const Vector<T> g = cell_->gradients();
+  last_gradient_norm_ = global_norm(segment_squared_norms<T>(space, g, cell_->parameter_offsets()),
+                                    grid_.pipeline());
+  const double factor = clip_factor(last_gradient_norm_, deck_.optimizer.clip_norm);
+  if (factor < 1) scale_in_place<T>(space, g, T(factor));
 }
 
 template <class T>
@@ -450,7 +468,7 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   const double loss = from_last(total.loss), correct = from_last(double(total.correct));
   Evaluation e;
   e.loss = loss / double(data.samples);
-  e.accuracy = regression_ ? 0.0 : correct / double(data.samples);
+  e.accuracy = regression_ ? 0.0 : correct / (double(data.samples) * double(labels_per_sample_));
   if (regression_)
     e.regression = regression_metrics(from_last(total.moments), data.samples, normalization_.target_std);
   return e;

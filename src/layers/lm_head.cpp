@@ -1,0 +1,106 @@
+// lm_head: {type: lm_head, vocabulary: V}
+//   The output layer of a language model: V logits per token. Input [T, d],
+//   output [T, V]: y(i, t*V + v) = sum_j x(i, t*d + j) W(v, j), no bias (GPT-2's
+//   head). Parameter "weight" W (V, d) row-major: the layout of
+//   token_embedding's E, so the two can be one matrix (tied embeddings,
+//   Press & Wolf 2017); uniform in [-0.02 sqrt 3, 0.02 sqrt 3] (standard
+//   deviation 0.02, GPT-2's initialization of its tied head), so a fresh
+//   model's logits are small and its loss starts near log V.
+//   forward:  Y (nT, V) = X (nT, d) W^T (one gemm over every token of the micro-batch).
+//   backward: dW += dY^T X, dX = dY W (two gemms).
+//   FLOPs: 2 nT d V forward, 2 nT d V per gradient. No saved state.
+//   Loss: model.loss token_cross_entropy reads its [T, V] output per token.
+
+#include <cmath>
+
+#include "gemm.hpp"
+#include "gpipe/core/rng.hpp"
+#include "gpipe/layers/layer.hpp"
+#include "parts.hpp"
+
+namespace gpipe {
+
+namespace {
+
+struct LmHeadConfig : LayerConfig {
+  std::int64_t vocabulary = 0;
+};
+
+template <class T>
+class LmHead final : public Layer<T> {
+ public:
+  explicit LmHead(const LayerShape& shape)
+      : Layer<T>(shape), vocabulary_(shape.spec.as<LmHeadConfig>().vocabulary), width_(shape.input[1]) {}
+
+  void bind(T* values, T* gradients) override {
+    weight_ = Unmanaged(values, vocabulary_, width_);
+    weight_grad_ = Unmanaged(gradients, vocabulary_, width_);
+  }
+
+  void initialize(std::uint64_t seed) override {
+    const std::uint64_t layer = std::uint64_t(this->index());
+    const double a = 0.02 * std::sqrt(3.0);
+    const std::int64_t d = width_;
+    auto w = weight_;
+    Kokkos::parallel_for(
+        "gpipe::LmHead::initialize", Kokkos::RangePolicy<ExecSpace>(0, vocabulary_ * d),
+        KOKKOS_LAMBDA(const std::int64_t e) {
+          const double u = rng::uniform01(rng::hash(seed, rng::kInit, layer, std::uint64_t(e)));
+          w(e / d, e % d) = T((2.0 * u - 1.0) * a);
+        });
+  }
+
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+    const std::int64_t rows = std::int64_t(x.extent(0)) * tokens();
+    detail::gemm(ctx.space, "N", "T", T(1), detail::as_const_matrix(x.data(), rows, width_), weight_, T(0),
+                 detail::as_matrix(y.data(), rows, vocabulary_));
+  }
+
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+                SavedView<T>) override {
+    const std::int64_t rows = std::int64_t(x.extent(0)) * tokens();
+    const auto dtok = detail::as_const_matrix(dy.data(), rows, vocabulary_);
+    detail::gemm(ctx.space, "T", "N", T(1), dtok, detail::as_const_matrix(x.data(), rows, width_), T(1),
+                 weight_grad_);
+    if (dx.extent(0) > 0)
+      detail::gemm(ctx.space, "N", "N", T(1), dtok, weight_, T(0), detail::as_matrix(dx.data(), rows, width_));
+  }
+
+ private:
+  std::int64_t tokens() const { return this->input_shape()[0]; }
+  using Unmanaged = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  std::int64_t vocabulary_, width_;
+  Unmanaged weight_, weight_grad_;  // (V, d)
+};
+
+LayerEntry lm_head_entry() {
+  LayerEntry e;
+  e.name = "lm_head";
+  e.keys = {"vocabulary"};
+  e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
+    auto c = std::make_shared<LmHeadConfig>();
+    c->vocabulary = k.required_integer("vocabulary", 2, "an integer >= 2");
+    return c;
+  };
+  e.output_shape = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const LmHeadConfig&>(base);
+    if (in.rank() != 2) throw ShapeMismatch("(tokens, width); put token_embedding before it");
+    return Shape{in[0], c.vocabulary};
+  };
+  e.parameters = [](const LayerConfig& base, const Shape& in) {
+    const auto& c = static_cast<const LmHeadConfig&>(base);
+    return std::vector<ParameterSpec>{{"weight", c.vocabulary, in[1]}};
+  };
+  e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
+               bool input_gradient) {
+    const auto& c = static_cast<const LmHeadConfig&>(base);
+    return (input_gradient ? 6.0 : 4.0) * double(batch) * double(in[0]) * double(in[1]) * double(c.vocabulary);
+  };
+  return with_factories<LmHead>(e);
+}
+
+}  // namespace
+
+GPIPE_LAYER_ENTRIES(lm_head) { return {lm_head_entry()}; }
+
+}  // namespace gpipe
