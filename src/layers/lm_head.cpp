@@ -1,4 +1,4 @@
-// lm_head: {type: lm_head, vocabulary: V}
+// lm_head: {type: lm_head, vocabulary: V, tie: token_embedding}
 //   The output layer of a language model: V logits per token. Input [T, d],
 //   output [T, V]: y(i, t*V + v) = sum_j x(i, t*d + j) W(v, j), no bias (GPT-2's
 //   head). Parameter "weight" W (V, d) row-major: the layout of
@@ -10,12 +10,19 @@
 //   backward: dW += dY^T X, dX = dY W (two gemms).
 //   FLOPs: 2 nT d V forward, 2 nT d V per gradient. No saved state.
 //   Loss: model.loss token_cross_entropy reads its [T, V] output per token.
+//   tie: token_embedding (optional): W and the model's token_embedding E are
+//   one parameter (layers/tied.hpp; Pipeline starts W from E and sums the
+//   two gradients before every update, so they stay bitwise equal).
+
+#include <fmt/format.h>
 
 #include <cmath>
 
 #include "gemm.hpp"
 #include "gpipe/core/rng.hpp"
+#include "gpipe/core/error.hpp"
 #include "gpipe/layers/layer.hpp"
+#include "gpipe/layers/tied.hpp"
 #include "parts.hpp"
 
 namespace gpipe {
@@ -24,6 +31,7 @@ namespace {
 
 struct LmHeadConfig : LayerConfig {
   std::int64_t vocabulary = 0;
+  bool tie = false;  // tie: token_embedding
 };
 
 template <class T>
@@ -76,10 +84,16 @@ class LmHead final : public Layer<T> {
 LayerEntry lm_head_entry() {
   LayerEntry e;
   e.name = "lm_head";
-  e.keys = {"vocabulary"};
+  e.keys = {"vocabulary", "tie"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<LmHeadConfig>();
     c->vocabulary = k.required_integer("vocabulary", 2, "an integer >= 2");
+    if (k.has("tie")) {
+      const auto tie = k.text("tie", "", "token_embedding");
+      if (tie != "token_embedding")
+        k.fail("tie", fmt::format("expected token_embedding (the layer whose weight the head shares), got '{}'", tie));
+      c->tie = true;
+    }
     return c;
   };
   e.output_shape = [](const LayerConfig& base, const Shape& in) {
@@ -100,6 +114,32 @@ LayerEntry lm_head_entry() {
 }
 
 }  // namespace
+
+TiedLayers tied_layers(const ModelSpec& model) {
+  TiedLayers t;
+  for (int i = 0; i < int(model.layers.size()); ++i) {
+    const auto& l = model.layers[size_t(i)];
+    if (l.type == "token_embedding" && t.embedding < 0) t.embedding = i;
+    if (l.type != "lm_head" || !l.as<LmHeadConfig>().tie) continue;
+    if (t.head >= 0)
+      throw InputError(fmt::format("{}: lm_head: tie: a second lm_head ties (layer {} already does)", l.where,
+                                   t.head));
+    t.head = i;
+  }
+  if (!t.tied()) return TiedLayers{};
+  const auto& head = model.layers[size_t(t.head)];
+  if (t.embedding < 0)
+    throw InputError(fmt::format("{}: lm_head: tie: token_embedding, but the model has no token_embedding",
+                                 head.where));
+  const auto shapes = model_shapes(model);
+  const auto& e = shapes[size_t(t.embedding)].parameters[0];
+  const auto& h = shapes[size_t(t.head)].parameters[0];
+  if (e.rows != h.rows || e.cols != h.cols)
+    throw InputError(fmt::format("{}: lm_head: tie: its weight ({}, {}) and token_embedding's (layer {}: ({}, "
+                                 "{})) must have the same shape (vocabulary, width)",
+                                 head.where, h.rows, h.cols, t.embedding, e.rows, e.cols));
+  return t;
+}
 
 GPIPE_LAYER_ENTRIES(lm_head) { return {lm_head_entry()}; }
 

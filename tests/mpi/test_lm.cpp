@@ -12,6 +12,7 @@
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
+#include "gpipe/core/error.hpp"
 #include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
@@ -26,8 +27,8 @@ const std::string kGpt =
     "{type: transformer_block, heads: 2, hidden: 8}, {type: transformer_block, heads: 2, hidden: 5}, "
     "{type: lm_head, vocabulary: 7}]";
 
-std::string gpt_deck(const std::string& pipeline, const std::string& optimizer) {
-  return "seed: 3\nprecision: double\nmodel:\n  input: 5\n  loss: token_cross_entropy\n  layers: " + kGpt +
+std::string gpt_deck(const std::string& pipeline, const std::string& optimizer, const std::string& model = kGpt) {
+  return "seed: 3\nprecision: double\nmodel:\n  input: 5\n  loss: token_cross_entropy\n  layers: " + model +
          "\ndata: {format: tokens, train_file: a.h5, test_file: b.h5}"
          "\ntraining: {epochs: 1, batch_size: " + std::to_string(kBatch) +
          ", micro_batches: 3}\noptimizer: " + optimizer + "\npipeline: " + pipeline + "\n";
@@ -62,8 +63,9 @@ struct TrainResult {
   std::vector<double> losses;
 };
 
-TrainResult train(const std::string& pipeline, MPI_Comm comm, const std::string& optimizer = kClipped, int steps = 3) {
-  Pipeline<double> p(parse_deck(gpt_deck(pipeline, optimizer), "gpt-deck"), comm);
+TrainResult train(const std::string& pipeline, MPI_Comm comm, const std::string& optimizer = kClipped, int steps = 3,
+                  const std::string& model = kGpt) {
+  Pipeline<double> p(parse_deck(gpt_deck(pipeline, optimizer, model), "gpt-deck"), comm);
   TrainResult r;
   for (int s = 0; s < steps; ++s) {
     const auto order = epoch_order(data().samples, 3, 0, true);
@@ -150,6 +152,69 @@ TEST(LanguageModelPipeline, WarmUpRatesAndPredictAcrossK) {
     EXPECT_EQ(many.size(), size_t(4 * kT * kV));
     EXPECT_EQ(many, one);
   }
+}
+
+const std::string kTied =
+    "[{type: token_embedding, vocabulary: 7, width: 6}, {type: pos_embed}, "
+    "{type: transformer_block, heads: 2, hidden: 8}, {type: transformer_block, heads: 2, hidden: 5}, "
+    "{type: lm_head, vocabulary: 7, tie: token_embedding}]";
+
+TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
+  // E is the first 42 parameters, the head's W the last 42 (layer order).
+  const std::int64_t n = kV * 6;
+  auto check_tied = [&](const std::vector<double>& p, const std::string& what) {
+    const std::vector<double> e(p.begin(), p.begin() + n), w(p.end() - n, p.end());
+    EXPECT_EQ(e, w) << what;
+  };
+  const int K = world_size();
+  for (const std::string schedule : {"fill_drain", "1f1b"}) {
+    TrainResult one;
+    if (world_rank() == 0) {
+      one = train("{schedule: " + schedule + "}", MPI_COMM_SELF, kClipped, 3, kTied);
+      check_tied(one.params, "K = 1, " + schedule);
+    }
+    // The embedding alone on cell 0, the head on the last cell: [1, L - K, 1, ...].
+    std::string split = "[1, " + std::to_string(kLayers - K + 1);
+    for (int k = 2; k < K; ++k) split += ", 1";
+    split += "]";
+    for (const std::string p : {"{schedule: " + schedule + "}", "{balance: " + split + ", schedule: " + schedule + "}"}) {
+      if (K == 1 && p.find("balance") != std::string::npos) continue;
+      const auto r = train(p, MPI_COMM_WORLD, kClipped, 3, kTied);
+      if (world_rank() == 0) {
+        check_tied(r.params, "K = " + std::to_string(K) + ", " + p);
+        EXPECT_EQ(r.params, one.params) << "K = " << K << ", " << p;
+        EXPECT_EQ(r.norms, one.norms) << "K = " << K << ", " << p;
+      }
+    }
+  }
+  // The head starts from E, and one SGD step keeps W = E.
+  const auto plain = "{type: sgd, momentum: 0, lr: 1}";
+  Pipeline<double> start(parse_deck(gpt_deck("{}", plain, kTied), "gpt-deck"), MPI_COMM_WORLD);
+  const auto p0 = start.gather_parameters();
+  const auto tied = train("{}", MPI_COMM_WORLD, plain, 1, kTied);
+  if (world_rank() == 0) {
+    check_tied(p0, "initial");  // the head starts from E
+    check_tied(tied.params, "after one SGD step");
+    EXPECT_NE(tied.params, p0);
+  }
+}
+
+TEST(LanguageModelPipeline, TieErrors) {
+  auto error = [](const std::string& model) {
+    try {
+      Pipeline<double> p(parse_deck(gpt_deck("{}", kClipped, model), "gpt-deck"), MPI_COMM_WORLD);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("[{type: token_embedding, vocabulary: 7, width: 4}, {type: transformer_block, heads: 2}, "
+                  "{type: transformer_block, heads: 2}, {type: lm_head, vocabulary: 9, tie: token_embedding}]"),
+            "gpt-deck:6:136 (model.layers[3]): lm_head: tie: its weight (9, 4) and token_embedding's (layer 0: "
+            "(7, 4)) must have the same shape (vocabulary, width)");
+  EXPECT_EQ(error("[{type: token_embedding, vocabulary: 7, width: 4}, {type: lm_head, vocabulary: 7, tie: dense}]"),
+            "gpt-deck:6:98: model.layers[1].tie: expected token_embedding (the layer whose weight the head "
+            "shares), got 'dense'");
 }
 
 }  // namespace

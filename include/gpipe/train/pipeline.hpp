@@ -14,6 +14,7 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/layers/tied.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/parallel/gradient_reducer.hpp"
 #include "gpipe/parallel/grid.hpp"
@@ -255,6 +256,18 @@ class Pipeline {
   // Global index of the first layer of this cell with a non-finite value in
   // `values` (laid out as the cell's parameters), or -1.
   int first_nonfinite_layer(const Vector<T>& values) const;
+  // Tied embeddings (layers/tied.hpp): the index of global `layer` among this
+  // cell's layers (-1: another cell's), the cell holding it, its slice of a
+  // flat buffer of this cell, and the swap of such slices with the other
+  // tied cell. share_tied_weights copies E into the head's W (collective
+  // over the two cells); tie_gradients gives both dE + dW before the update.
+  int local_layer(int layer) const;
+  int cell_of(int layer) const;
+  Kokkos::View<T*, MemSpace> layer_slice(const Vector<T>& values, int layer) const;
+  std::vector<T> exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) const;
+  void share_tied_weights();
+  void tie_gradients();
+  static constexpr int kTieTag = 0x7e1;
   // optimizer.clip_norm: scales this cell's gradients by the factor of the
   // model's global gradient norm (optim/clip.hpp). Collective over the pipeline.
   void clip_gradients();
@@ -280,6 +293,7 @@ class Pipeline {
   std::int64_t outputs_ = 0;
   std::int64_t labels_per_sample_ = 1;  // T for token_cross_entropy
   double last_gradient_norm_ = 0;
+  TiedLayers tied_;
   NormalizationStats normalization_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
