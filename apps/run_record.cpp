@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "gpipe/core/runtime.hpp"
+#include "gpipe/kernels/backend.hpp"
 
 namespace gpipe_train {
 
@@ -61,6 +62,8 @@ nlohmann::json start_record(const gpipe::Deck& deck, const std::vector<std::stri
                    {"kokkos_execution_space", b.execution_space},
                    {"mpi", b.mpi},       {"hdf5", b.hdf5},
                    {"gpu_aware_mpi", b.gpu_aware_mpi}};
+  r["kernels"] = {{"built", gpipe::kernels::build_summary()},
+                  {"selected", gpipe::kernels::selection_summary()}};
   r["start_time"] = utc_now();
   r["machine_load"] = {{"start", hosts.max_load}, {"start_per_host", hosts.load}};
   return r;

@@ -26,3 +26,35 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
+
+# oneDNN (x86 CPUs; Debian 12: libdnnl-dev 2.6.3): an implementation of the
+# kernel seam (src/kernels/*_onednn.cpp). On by default where it is found.
+# Its CMake package (dnnl-config.cmake) needs OpenCL when oneDNN was built
+# with the OpenCL GPU runtime (Debian's is); without that package the
+# library and header are looked up directly.
+find_package(dnnl CONFIG QUIET)
+if(NOT dnnl_FOUND)
+  find_library(GPIPE_DNNL_LIBRARY NAMES dnnl)
+  find_path(GPIPE_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+endif()
+set(_gpipe_dnnl_found OFF)
+if(dnnl_FOUND OR (GPIPE_DNNL_LIBRARY AND GPIPE_DNNL_INCLUDE_DIR))
+  set(_gpipe_dnnl_found ON)
+endif()
+option(GPIPE_ENABLE_ONEDNN "Build the oneDNN implementation of the kernel seam (x86 CPUs)" ${_gpipe_dnnl_found})
+if(GPIPE_ENABLE_ONEDNN)
+  if(NOT _gpipe_dnnl_found)
+    message(FATAL_ERROR "gpipe: GPIPE_ENABLE_ONEDNN=ON but oneDNN was not found (Debian: apt-get install "
+                        "libdnnl-dev; elsewhere set dnnl_DIR); or configure with -DGPIPE_ENABLE_ONEDNN=OFF")
+  endif()
+  if(dnnl_FOUND)
+    set(GPIPE_DNNL_TARGET DNNL::dnnl)
+    message(STATUS "gpipe: oneDNN ${dnnl_VERSION} (${dnnl_DIR}): the kernel seam's onednn implementation is built")
+  else()
+    # A plain library path (no target): it needs no find_dependency in gpipeConfig.cmake.
+    set(GPIPE_DNNL_TARGET "${GPIPE_DNNL_LIBRARY}")
+    message(STATUS "gpipe: oneDNN ${GPIPE_DNNL_LIBRARY} (no CMake package): the onednn implementation is built")
+  endif()
+else()
+  message(STATUS "gpipe: oneDNN not used (GPIPE_ENABLE_ONEDNN=OFF): the kernel seam has the portable implementation only")
+endif()

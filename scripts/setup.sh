@@ -8,12 +8,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(
   cmake g++ make pkg-config
-  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libdnnl-dev
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libgtest-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist python3-h5py python3-matplotlib
-  bible-kjv bible-kjv-text
+  bible-kjv bible-kjv-text python3-yaml
 )
 missing=()
 for p in "${packages[@]}"; do

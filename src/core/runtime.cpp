@@ -1,4 +1,5 @@
 #include "gpipe/core/runtime.hpp"
+#include "gpipe/kernels/backend.hpp"
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -151,7 +152,9 @@ std::string build_description() {
   out << "Kokkos " << b.kokkos << ", execution space " << b.execution_space << ", memory space "
       << b.memory_space << "\n";
   out << "HDF5 " << b.hdf5 << "\n";
-  out << "MPI: " << b.mpi << ", GPU-aware MPI: " << (b.gpu_aware_mpi ? "on" : "off (host staging)");
+  out << "MPI: " << b.mpi << ", GPU-aware MPI: " << (b.gpu_aware_mpi ? "on" : "off (host staging)") << "\n";
+  out << kernels::build_summary() << "\n";
+  out << "kernels selected " << kernels::selection_summary();
   return out.str();
 }
 

@@ -13,6 +13,7 @@
 
 #include "../layers/registry_yaml.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/kernels/backend.hpp"
 
 namespace gpipe {
 
@@ -21,7 +22,7 @@ namespace {
 // Schema: the keys each section accepts. Scalars listed here are settable.
 const std::map<std::string, std::vector<std::string>>& schema() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"", {"seed", "precision", "model", "data", "training", "optimizer", "pipeline", "parallel",
+      {"", {"seed", "precision", "kernels", "model", "data", "training", "optimizer", "pipeline", "parallel",
             "checkpoint", "trace"}},
       {"model", {"input", "layers", "loss", "huber_delta"}},
       {"data",
@@ -122,6 +123,7 @@ const std::map<std::string, Domain>& domains() {
     std::map<std::string, Domain> t;
     t["seed"] = integer(0);
     t["precision"] = choice({"float", "double"});
+    t["kernels"] = choice({"auto", "portable", "onednn"});
     t["data.format"] = choice({"idx", "hdf5", "tokens"});
     t["data.sequence_length"] = integer(1, kIntMax);
     t["model.loss"] = choice({"softmax_cross_entropy", "token_cross_entropy", "mse", "mae", "huber"});
@@ -557,7 +559,7 @@ const std::vector<std::string>& settable_keys() {
     std::vector<std::string> out;
     for (const auto& [sec, names] : schema())
       for (const auto& name : names) {
-        if (sec.empty() && name != "seed" && name != "precision") continue;
+        if (sec.empty() && name != "seed" && name != "precision" && name != "kernels") continue;
         if (sec == "model" && name != "loss" && name != "huber_delta") continue;
         if (sec == "pipeline" && name == "link") continue;  // a map: its keys are settable
         out.push_back(sec.empty() ? name : sec + "." + name);
@@ -589,6 +591,8 @@ Deck parse_deck(const std::string& text, const std::string& name,
   deck.path = name;
   deck.seed = top.value<std::uint64_t>("seed", 0);
   deck.precision = top.value<std::string>("precision", "float");
+  deck.kernels = top.value<std::string>("kernels", "auto");
+  kernels::parse_choice(deck.kernels, name + ": kernels");  // e.g. onednn in a build without it
 
   deck.model = read_model(section(root, "model", name, true));
   deck.data = read_data(section(root, "data", name, true), deck.model);

@@ -5,7 +5,7 @@
 
 #include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/rng.hpp"
-#include "gemm.hpp"
+#include "gpipe/kernels/gemm.hpp"
 
 namespace gpipe {
 
@@ -43,15 +43,7 @@ void Dense<T>::initialize(std::uint64_t seed) {
 
 template <class T>
 void Dense<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
-  const auto out = this->out_features();
-  auto b = bias_;
-  Kokkos::parallel_for(
-      "gpipe::Dense::forward_bias", RowPolicy(ctx.space, std::int64_t(y.extent(0)), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const RowMember& team) {
-        const std::int64_t i = team.league_rank();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, out), [&](const std::int64_t j) { y(i, j) = b(0, j); });
-      });
-  detail::gemm(ctx.space, "N", "N", T(1), x, weight_, T(1), y);
+  kernels::gemm_bias<T>(ctx.space, x, weight_, bias_, y);
 }
 
 template <class T>
@@ -65,7 +57,8 @@ template <class T>
 void Dense<T>::backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                                 SavedView<T>) {
   const bool accumulate = ctx.accumulate_gradients;  // false: write (beta = 0), see PassContext
-  detail::gemm(ctx.space, "T", "N", T(1), x, dy, accumulate ? T(1) : T(0), weight_grad_);
+  kernels::gemm<T>(ctx.space, kernels::Op::transpose, kernels::Op::none, T(1), x, dy, accumulate ? T(1) : T(0),
+                   weight_grad_);
   // Bias gradient: column sums of dy, one team per output column with the
   // rows spread over its threads in a fixed order (core/fixed_sum.hpp).
   add_column_sums<T>("gpipe::Dense::backward_bias", ctx.space, std::int64_t(dy.extent(0)),
@@ -77,7 +70,8 @@ void Dense<T>::backward_weights(const PassContext& ctx, ConstMatrix<T> x, ConstM
 template <class T>
 void Dense<T>::backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
                               Matrix<T> dx, SavedView<T>) {
-  if (dx.extent(0) > 0) detail::gemm(ctx.space, "N", "T", T(1), dy, weight_, T(0), dx);
+  if (dx.extent(0) > 0)
+    kernels::gemm<T>(ctx.space, kernels::Op::none, kernels::Op::transpose, T(1), dy, weight_, T(0), dx);
 }
 
 template class Dense<float>;

@@ -18,8 +18,8 @@
 
 #include <cmath>
 
-#include "gemm.hpp"
 #include "gpipe/core/rng.hpp"
+#include "gpipe/kernels/gemm.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/layers/layer.hpp"
 #include "gpipe/layers/tied.hpp"
@@ -60,18 +60,20 @@ class LmHead final : public Layer<T> {
 
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     const std::int64_t rows = std::int64_t(x.extent(0)) * tokens();
-    detail::gemm(ctx.space, "N", "T", T(1), detail::as_const_matrix(x.data(), rows, width_), weight_, T(0),
-                 detail::as_matrix(y.data(), rows, vocabulary_));
+    kernels::gemm<T>(ctx.space, kernels::Op::none, kernels::Op::transpose, T(1),
+                     detail::as_const_matrix(x.data(), rows, width_), weight_, T(0),
+                     detail::as_matrix(y.data(), rows, vocabulary_));
   }
 
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
     const std::int64_t rows = std::int64_t(x.extent(0)) * tokens();
     const auto dtok = detail::as_const_matrix(dy.data(), rows, vocabulary_);
-    detail::gemm(ctx.space, "T", "N", T(1), dtok, detail::as_const_matrix(x.data(), rows, width_), T(1),
-                 weight_grad_);
+    kernels::gemm<T>(ctx.space, kernels::Op::transpose, kernels::Op::none, T(1), dtok,
+                     detail::as_const_matrix(x.data(), rows, width_), T(1), weight_grad_);
     if (dx.extent(0) > 0)
-      detail::gemm(ctx.space, "N", "N", T(1), dtok, weight_, T(0), detail::as_matrix(dx.data(), rows, width_));
+      kernels::gemm<T>(ctx.space, kernels::Op::none, kernels::Op::none, T(1), dtok, weight_, T(0),
+                       detail::as_matrix(dx.data(), rows, width_));
   }
 
  private:

@@ -3,19 +3,22 @@
 // eq. 2-3), on sequences (tokens, width) per sample:
 //   x1 = x  + Drop(Attn(LN1(x)))        Attn = multi-head self-attention
 //   y  = x1 + Drop(W2 GELU(W1 LN2(x1) + b1) + b2)
-// Deck: {type: transformer_block, heads: H, hidden: 4d, dropout: 0}
+// Deck: {type: transformer_block, heads: H, hidden: 4d, dropout: 0, causal: false}
 // Input [T, d] with d divisible by H (head width dh = d / H); output the same.
 //
 // Layout: the micro-batch's n samples are the (n*T, d) row-major matrix of
 // their tokens, so every projection is one Dense gemm over n*T rows (the
 // existing Dense, LayerNorm, GELU and Dropout layers are the block's parts).
 // qkv (n*T, 3d): token row [q | k | v], head h in columns h*dh..h*dh+dh-1 of
-// each. Attention, per (sample, head), with KokkosBatched::TeamGemm on
-// strided sub-views of qkv (one team per (sample, head), no copies):
-//   S = Q K^T / sqrt(dh); P = softmax_rows(S) (the maximum of each row is
-//   subtracted before exp); O = P V, written to columns h*dh.. of o (n*T, d).
+// each. Attention through the kernel seam (gpipe/kernels/attention.hpp:
+// strided-batched GEMMs over every (sample, head) on qkv, no copies):
+//   S = Q K^T / sqrt(dh); causal: S(t, s) = -inf for s > t; P =
+//   softmax_rows(S) (the maximum of each row is subtracted before exp);
+//   O = P V, written to columns h*dh.. of o (n*T, d).
 // Backward: dV = P^T dO; dP = dO V^T; dS = P .* (dP - rowsum(P .* dP));
 //   dQ = dS K / sqrt(dh); dK = dS^T Q / sqrt(dh).
+// Deck key causal (default false): token t attends to tokens 0..t only
+// (a decoder block for language models, Radford et al. 2018).
 //
 // Parameters (storage order; each a part's "weight"/"bias" or "gamma"/"beta"):
 //   ln1_gamma, ln1_beta (1, d); qkv_weight (d, 3d), qkv_bias (1, 3d);
@@ -35,12 +38,9 @@
 // Workspace (reserve()): 3 (n*T, d), one (n*T, 3d), one (n*T, hidden) and
 // one (n, H, T, T) buffer; nothing is held between forward() and backward().
 
-#include <KokkosBatched_Gemm_Decl.hpp>
 #include <fmt/format.h>
 
-#include <cmath>
-
-#include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/kernels/attention.hpp"
 #include "gpipe/layers/activations.hpp"
 #include "parts.hpp"
 
@@ -51,6 +51,7 @@ namespace {
 struct BlockConfig : LayerConfig {
   std::int64_t heads = 1, hidden = 0;  // hidden 0: 4 * width
   double dropout = 0;
+  bool causal = false;
 };
 
 std::int64_t hidden_width(const BlockConfig& c, std::int64_t d) { return c.hidden > 0 ? c.hidden : 4 * d; }
@@ -93,90 +94,6 @@ struct SavedLayout {
     end = g + N * m;
   }
 };
-
-template <class T>
-using Unmanaged3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-template <class T>
-using Unmanaged4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using TeamMember = TeamPolicy::member_type;
-using NoTrans = KokkosBatched::Trans::NoTranspose;
-using Trans = KokkosBatched::Trans::Transpose;
-using Unblocked = KokkosBatched::Algo::Gemm::Unblocked;
-template <class TA, class TB>
-using TeamGemm = KokkosBatched::TeamGemm<TeamMember, TA, TB, Unblocked>;
-
-// Kokkos::pair, not std::pair: std::pair's constructors are host-only, and
-// nvcc compiled head() on the device to an empty subview (found on an H200).
-using Cols = Kokkos::pair<std::int64_t, std::int64_t>;
-
-// Columns first .. first + dh - 1 of sample i's (T, cols) rows: one head's
-// q, k, v (in qkv) or output (in o), a strided (T, dh) view.
-template <class V>
-KOKKOS_INLINE_FUNCTION auto head(const V& m, std::int64_t i, std::int64_t first, std::int64_t dh) {
-  return Kokkos::subview(m, i, Kokkos::ALL, Cols(first, first + dh));
-}
-
-// probs (n, H, T, T) = softmax(Q K^T / sqrt(dh)); o = P V, per (sample, head).
-template <class T>
-void attention_forward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> o, std::int64_t H) {
-  const std::int64_t n = std::int64_t(qkv.extent(0)), tokens = std::int64_t(qkv.extent(1));
-  const std::int64_t d = std::int64_t(o.extent(2)), dh = d / H;
-  const T scale = T(1) / T(std::sqrt(double(dh)));
-  Kokkos::parallel_for(
-      "gpipe::TransformerBlock::attention_forward", TeamPolicy(n * H, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const TeamMember& team) {
-        const std::int64_t i = team.league_rank() / H, h = team.league_rank() % H;
-        const auto q = head(qkv, i, h * dh, dh), k = head(qkv, i, d + h * dh, dh),
-                   v = head(qkv, i, 2 * d + h * dh, dh);
-        const auto p = Kokkos::subview(probs, i, h, Kokkos::ALL, Kokkos::ALL);
-        TeamGemm<NoTrans, Trans>::invoke(team, scale, q, k, T(0), p);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tokens), [&](const std::int64_t t) {
-          T top = p(t, 0);
-          for (std::int64_t s = 1; s < tokens; ++s) top = p(t, s) > top ? p(t, s) : top;
-          T sum = T(0);
-          for (std::int64_t s = 0; s < tokens; ++s) {
-            p(t, s) = compat::exp(p(t, s) - top);
-            sum += p(t, s);
-          }
-          const T inv = T(1) / sum;
-          for (std::int64_t s = 0; s < tokens; ++s) p(t, s) *= inv;
-        });
-        team.team_barrier();
-        TeamGemm<NoTrans, NoTrans>::invoke(team, T(1), p, v, T(0), head(o, i, h * dh, dh));
-      });
-}
-
-// dqkv from do (n, T, d), qkv and probs; dprobs is workspace (n, H, T, T).
-template <class T>
-void attention_backward(Unmanaged3<T> qkv, Unmanaged4<T> probs, Unmanaged3<T> d_o,
-                        Unmanaged4<T> dprobs, Unmanaged3<T> dqkv, std::int64_t H) {
-  const std::int64_t n = std::int64_t(qkv.extent(0)), tokens = std::int64_t(qkv.extent(1));
-  const std::int64_t d = std::int64_t(d_o.extent(2)), dh = d / H;
-  const T scale = T(1) / T(std::sqrt(double(dh)));
-  Kokkos::parallel_for(
-      "gpipe::TransformerBlock::attention_backward", TeamPolicy(n * H, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const TeamMember& team) {
-        const std::int64_t i = team.league_rank() / H, h = team.league_rank() % H;
-        const std::int64_t qc = h * dh, kc = d + h * dh, vc = 2 * d + h * dh;
-        const auto q = head(qkv, i, qc, dh), k = head(qkv, i, kc, dh), v = head(qkv, i, vc, dh);
-        const auto p = Kokkos::subview(probs, i, h, Kokkos::ALL, Kokkos::ALL);
-        const auto dp = Kokkos::subview(dprobs, i, h, Kokkos::ALL, Kokkos::ALL);
-        const auto dout = head(d_o, i, qc, dh);
-        TeamGemm<Trans, NoTrans>::invoke(team, T(1), p, dout, T(0), head(dqkv, i, vc, dh));
-        TeamGemm<NoTrans, Trans>::invoke(team, T(1), dout, v, T(0), dp);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tokens), [&](const std::int64_t t) {
-          T dot = T(0);
-          for (std::int64_t s = 0; s < tokens; ++s) dot += p(t, s) * dp(t, s);
-          for (std::int64_t s = 0; s < tokens; ++s) dp(t, s) = p(t, s) * (dp(t, s) - dot);
-        });
-        team.team_barrier();
-        TeamGemm<NoTrans, NoTrans>::invoke(team, scale, dp, k, T(0), head(dqkv, i, qc, dh));
-        TeamGemm<Trans, NoTrans>::invoke(team, scale, dp, q, T(0), head(dqkv, i, kc, dh));
-      });
-}
 
 // out = a + b, element-wise over contiguous matrices (the residual connections).
 template <class T>
@@ -226,8 +143,8 @@ class TransformerBlock final : public Layer<T> {
     const auto X = detail::as_const_matrix(x.data(), N, d_);
     ln1_.forward(ctx, X, rows(s + at.h1, d_), SavedView<T>(s + at.stats1, 2 * N));
     qkv_.forward(ctx, rows(s + at.h1, d_), rows(s + at.qkv, 3 * d_), SavedView<T>());
-    attention_forward<T>(Unmanaged3<T>(s + at.qkv, n, T_, 3 * d_), Unmanaged4<T>(s + at.probs, n, H_, T_, T_),
-                         Unmanaged3<T>(s + at.o, n, T_, d_), H_);
+    kernels::attention_forward<T>(ctx.space, attention(n), rows(s + at.qkv, 3 * d_),
+                                  detail::as_matrix(s + at.probs, n * H_ * T_, T_), rows(s + at.o, d_));
     proj_.forward(ctx, rows(s + at.o, d_), rows(buf_a_.data(), d_), SavedView<T>());
     add("gpipe::TransformerBlock::residual_attention", x.data(), dropped(ctx, drop_attention_, buf_a_.data(), n), s + at.x1, N * d_);
     ln2_.forward(ctx, rows(s + at.x1, d_), rows(s + at.h2, d_), SavedView<T>(s + at.stats2, 2 * N));
@@ -255,9 +172,10 @@ class TransformerBlock final : public Layer<T> {
     // Attention branch: dx1 -> da (Dropout) -> do -> dqkv -> dh1 -> dx via LN1.
     const T* da = undropped(ctx, drop_attention_, a, b, n);
     proj_.backward(ctx, rows(s + at.o, d_), rows(da, d_), rows(c, d_), SavedView<T>());
-    attention_backward<T>(Unmanaged3<T>(s + at.qkv, n, T_, 3 * d_), Unmanaged4<T>(s + at.probs, n, H_, T_, T_),
-                          Unmanaged3<T>(c, n, T_, d_), Unmanaged4<T>(buf_p_.data(), n, H_, T_, T_),
-                          Unmanaged3<T>(buf_qkv_.data(), n, T_, 3 * d_), H_);
+    kernels::attention_backward<T>(ctx.space, attention(n), rows(static_cast<const T*>(s + at.qkv), 3 * d_),
+                                   detail::as_const_matrix<T>(s + at.probs, n * H_ * T_, T_),
+                                   rows(static_cast<const T*>(c), d_),
+                                   detail::as_matrix(buf_p_.data(), n * H_ * T_, T_), rows(buf_qkv_.data(), 3 * d_));
     qkv_.backward(ctx, rows(s + at.h1, d_), rows(buf_qkv_.data(), 3 * d_), rows(b, d_), SavedView<T>());
     const auto X = detail::as_const_matrix(x.data(), N, d_);
     if (dx.extent(0) == 0) {  // the model's first layer: LN1's parameter gradients only
@@ -272,9 +190,13 @@ class TransformerBlock final : public Layer<T> {
   TransformerBlock(const LayerShape& shape, const BlockConfig& c, const Parts& p)
       : Layer<T>(shape),
         T_(shape.input[0]), d_(shape.input[1]), m_(hidden_width(c, shape.input[1])), H_(c.heads),
-        rate_(c.dropout),
+        rate_(c.dropout), causal_(c.causal),
         ln1_(p.ln1), qkv_(p.qkv), proj_(p.proj), ln2_(p.ln2), mlp1_(p.mlp1), gelu_(p.gelu),
         mlp2_(p.mlp2), drop_attention_(p.drop_attention), drop_mlp_(p.drop_mlp) {}
+
+  kernels::AttentionShape attention(std::int64_t n) const {
+    return kernels::AttentionShape{n, T_, H_, d_ / H_, causal_};
+  }
 
   std::vector<Layer<T>*> params() { return {&ln1_, &qkv_, &proj_, &ln2_, &mlp1_, &mlp2_}; }
 
@@ -302,6 +224,7 @@ class TransformerBlock final : public Layer<T> {
 
   std::int64_t T_, d_, m_, H_;
   double rate_;
+  bool causal_;
   std::int64_t capacity_ = 0, N_ = 0;  // N_: token rows of the current micro-batch
   LayerNorm<T> ln1_;
   Dense<T> qkv_, proj_;
@@ -316,12 +239,13 @@ class TransformerBlock final : public Layer<T> {
 LayerEntry transformer_block_entry() {
   LayerEntry e;
   e.name = "transformer_block";
-  e.keys = {"heads", "hidden", "dropout"};
+  e.keys = {"heads", "hidden", "dropout", "causal"};
   e.parse = [](const LayerKeys& k) -> std::shared_ptr<const LayerConfig> {
     auto c = std::make_shared<BlockConfig>();
     c->heads = k.required_integer("heads", 1, "a positive integer");
     c->hidden = k.integer("hidden", 0, 1, "a positive integer");
     c->dropout = k.number("dropout", 0.0, 0.0, 1.0, true, "a number in [0, 1)");
+    c->causal = k.flag("causal", false);
     return c;
   };
   e.output_shape = [](const LayerConfig& base, const Shape& in) {

@@ -10,6 +10,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/finite.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
 #include "gpipe/train/plan.hpp"
@@ -44,6 +45,8 @@ void add_tied(const ExecSpace& space, Kokkos::View<T*, MemSpace> de, Kokkos::Vie
 template <class T>
 Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
+  kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
+  (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
   const std::int64_t shard = largest_shard(deck, D);

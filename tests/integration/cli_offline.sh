@@ -45,15 +45,21 @@ if offline infer_help 0 "$infer" --help; then
   if [ -n "$a" ] && [ -n "$d" ] && [ "$a" -lt "$d" ]; then ok infer_help; else fail "infer_help"; cat "$tmp/out"; fi
 fi
 
-# --version: gpipe, Kokkos, HDF5 and MPI versions.
+# --version: gpipe, Kokkos, HDF5 and MPI versions, the kernel seam's
+# implementations and each primitive's choice (GPIPE_KERNELS=portable forces the reference).
 for tool in "$train" "$infer"; do
   name=version_$(basename "$tool")
   if offline "$name" 0 "$tool" --version; then
     if [ "$(head -1 "$tmp/out")" = "gpipe-kokkos $version" ] && grep -q '^Kokkos [0-9.]*, execution space ' "$tmp/out" &&
-       grep -q '^HDF5 [0-9]' "$tmp/out" && grep -q '^MPI: ' "$tmp/out" && [ "$(wc -l <"$tmp/out")" -eq 4 ]; then ok "$name"
+       grep -q '^HDF5 [0-9]' "$tmp/out" && grep -q '^MPI: ' "$tmp/out" && grep -q '^kernels: portable (' "$tmp/out" &&
+       grep -q '^kernels selected auto: gemm float ' "$tmp/out" && [ "$(wc -l <"$tmp/out")" -eq 6 ]; then ok "$name"
     else fail "$name"; cat "$tmp/out"; fi
   fi
 done
+if GPIPE_KERNELS=portable "$train" --version >"$tmp/out" 2>&1 &&
+   grep -q '^kernels selected portable: gemm float portable, gemm double portable, ' "$tmp/out" &&
+   ! grep -q 'onednn$\|onednn,' <(grep '^kernels selected' "$tmp/out"); then ok version_portable
+else fail version_portable; cat "$tmp/out"; fi
 
 # --list-keys: every settable key with its domain; the layer types with theirs.
 if offline list_keys 0 "$train" --list-keys; then

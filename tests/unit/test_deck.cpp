@@ -152,7 +152,7 @@ TEST(DeckErrors, MissingField) {
 
 TEST(DeckErrors, MissingSection) {
   EXPECT_EQ(error_of(replace(kDeck, "training:", "trainin:")),
-            "deck.yaml:15:1: unknown key 'trainin' in the deck (expected one of: seed, precision, "
+            "deck.yaml:15:1: unknown key 'trainin' in the deck (expected one of: seed, precision, kernels, "
             "model, data, training, optimizer, pipeline, parallel, checkpoint, trace)");
 }
 

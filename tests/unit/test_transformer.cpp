@@ -43,6 +43,32 @@ TEST(TransformerGradients, Block) {
   check("{type: transformer_block, heads: 3, hidden: 7}", {5, 3}, 2, {5, 3});  // heads of width 1
 }
 
+TEST(TransformerGradients, CausalBlock) {
+  check("{type: transformer_block, heads: 2, hidden: 5, causal: true}", {4, 6}, 3, {4, 6});
+  check("{type: transformer_block, heads: 1, causal: true}", {5, 3}, 1, {5, 3});
+  check("{type: transformer_block, heads: 3, hidden: 4, causal: true}", {1, 3}, 2, {1, 3});  // T = 1
+  check("{type: transformer_block, heads: 2, hidden: 5, dropout: 0.3, causal: true}", {4, 6}, 2, {4, 6});
+}
+
+TEST(TransformerValues, CausalTokensIgnoreLaterTokens) {
+  // Changing token 2 of sample 0 changes no output of tokens 0 and 1 with
+  // causal: true (bitwise), and does change token 0's without it.
+  for (bool causal : {true, false}) {
+    LayerHarness h(std::string("{type: transformer_block, heads: 2, hidden: 5, causal: ") + (causal ? "true}" : "false}"),
+                   {4, 6}, 2);
+    auto x = test::layer_inputs(2 * 24);
+    const auto before = h.forward(x);
+    for (int c = 0; c < 6; ++c) x[size_t(2 * 6 + c)] += 0.25 * (c + 1);  // not constant: LN1 removes a shift
+    const auto after = h.forward(x);
+    for (int e = 0; e < 12; ++e) {
+      if (causal) EXPECT_EQ(before[size_t(e)], after[size_t(e)]) << e;
+    }
+    if (!causal) EXPECT_NE(before[0], after[0]);
+    EXPECT_NE(before[12], after[12]);       // token 2 itself
+    EXPECT_EQ(before[24], after[24]);       // sample 1 untouched
+  }
+}
+
 TEST(TransformerGradients, BlockWithDropout) {
   // Masks are a pure function of (seed, step, layer, sample, column), so the
   // finite differences see the same mask as backward.
@@ -178,6 +204,8 @@ TEST(TransformerShapeErrors, ExactMessages) {
             "expected (tokens, width); put patch_embed before it");
   EXPECT_EQ(deck_error("[1, 28, 28]", "[{type: patch_embed, patch: 7, width: 8}, {type: transformer_block, heads: 2, dropout: 1}]"),
             "vit.yaml:3:98: model.layers[1].dropout: expected a number in [0, 1), got 1");
+  EXPECT_EQ(deck_error("[1, 28, 28]", "[{type: patch_embed, patch: 7, width: 8}, {type: transformer_block, heads: 2, causal: 3}]"),
+            "vit.yaml:3:97: model.layers[1].causal: expected true or false, got '3'");
   EXPECT_EQ(deck_error("[1, 28, 28]", "[{type: patch_embed, patch: 7}]"),
             "vit.yaml:3:12: missing required field 'model.layers[0].width' (a positive integer)");
 }

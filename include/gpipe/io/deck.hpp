@@ -70,6 +70,7 @@ struct Deck {
   std::string text;                 ///< the deck after --set overrides, as YAML
   std::uint64_t seed = 0;
   std::string precision = "float";  ///< float | double
+  std::string kernels = "auto";     ///< auto | portable | onednn (gpipe/kernels/backend.hpp)
   ModelSpec model;
   DataSpec data;
   TrainingSpec training;

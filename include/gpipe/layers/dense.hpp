@@ -19,8 +19,8 @@ struct DenseConfig : LayerConfig {
 
 /// Input shape (features); output (units).
 /// Parameters: "weight" W (in, out) row-major and "bias" b (1, out).
-/// forward:  y = x W + b                 (one KokkosBlas::gemm, beta = 1 on a bias-filled y)
-/// backward: dW += x^T dy, db += sum_rows dy, dx = dy W^T   (two gemms)
+/// forward:  y = x W + b                 (kernels::gemm_bias, gpipe/kernels/gemm.hpp)
+/// backward: dW += x^T dy, db += sum_rows dy, dx = dy W^T   (two kernels::gemm)
 /// Bias gradients are reduced per column in a fixed row order, so results
 /// are bitwise reproducible on every backend.
 /// FLOPs: 2 n in out (forward) + 4 n in out (backward; 2 n in out without the

@@ -1,0 +1,62 @@
+#pragma once
+// GEMM primitives of the kernel seam (gpipe/kernels/backend.hpp picks the
+// implementation). Every matrix is row-major (LayoutRight) in the default
+// memory space, as everywhere in gpipe; the caller owns all memory and the
+// primitives allocate nothing in steady state (the oneDNN implementation
+// creates a primitive once per shape and caches it).
+//
+// Determinism: for every implementation, row i of the result depends only on
+// row i of the row operand (X / op(A)) and on the other operand, not on how
+// many rows the call has, and repeated calls give bitwise the same result
+// (tests/unit/test_kernels_gemm.cpp checks both), so results stay bitwise
+// equal across micro-batch counts, re-materialization and schedules.
+// Rounding differs between implementations (each one is deterministic on
+// its own).
+
+#include <cstdint>
+
+#include "gpipe/core/views.hpp"
+
+namespace gpipe::kernels {
+
+/// Transposition of a GEMM operand.
+enum class Op { none, transpose };
+
+/// C = alpha op(A) op(B) + beta C, op(A) (m, k), op(B) (k, n), C (m, n);
+/// beta = 0 writes C without reading it (NaN in C does not propagate).
+/// Runs on `space` (Kokkos Kernels 3.4's gemm has no instance overload and
+/// uses the default instance; with Serial they are the same).
+/// Throws std::invalid_argument when the extents do not match.
+template <class T>
+void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, ConstMatrix<T> b, T beta,
+          Matrix<T> c);
+
+/// Dense layer forward with a bias epilogue: Y = X W + b (b broadcast over
+/// the rows). X (n, in), W (in, out), bias (1, out), Y (n, out); X and Y do
+/// not alias. Throws std::invalid_argument when the extents do not match.
+template <class T>
+void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias,
+               Matrix<T> y);
+
+/// One operand of a strided-batched GEMM over a 2-level batch (outer,
+/// inner): matrix (o, i) is the row-major (rows, cols) matrix at
+/// data + o * outer_stride + i * inner_stride with leading dimension ld
+/// (>= cols), in elements. This addresses one head of every sample inside
+/// an interleaved (samples * tokens, 3 * width) qkv matrix without a copy.
+struct Strided {
+  std::int64_t rows = 0, cols = 0, ld = 0, outer_stride = 0, inner_stride = 0;
+};
+
+/// For every (o, i) in [0, outer) x [0, inner):
+///   C(o,i) = alpha op(A(o,i)) op(B(o,i)) + beta C(o,i)
+/// with the operands' rows/cols those of A, B, C as stored (op applied
+/// after); beta = 0 writes C without reading it. C's matrices must not
+/// overlap each other or A, B. Throws std::invalid_argument when the
+/// extents do not match. Matrix (o, i)'s result depends only on its own
+/// operands (not on outer or inner).
+template <class T>
+void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, T alpha,
+                  const T* a, const Strided& sa, const T* b, const Strided& sb, T beta, T* c,
+                  const Strided& sc);
+
+}  // namespace gpipe::kernels

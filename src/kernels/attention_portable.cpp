@@ -1,0 +1,40 @@
+// Portable attention implementation of the kernel seam: the shared
+// attention_common.hpp with the portable strided-batched GEMM.
+#include "attention_common.hpp"
+
+namespace gpipe::kernels::portable {
+
+namespace {
+struct Batched {
+  template <class T>
+  void operator()(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, T alpha,
+                  const T* a, const Strided& sa, const T* b, const Strided& sb, T beta, T* c,
+                  const Strided& sc) const {
+    portable::batched_gemm<T>(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+  }
+};
+}  // namespace
+
+template <class T>
+void attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv, Matrix<T> probs,
+                       Matrix<T> out) {
+  detail::attention_forward<T>(space, shape, qkv, probs, out, Batched{});
+}
+
+template <class T>
+void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv,
+                        ConstMatrix<T> probs, ConstMatrix<T> d_out, Matrix<T> work, Matrix<T> d_qkv) {
+  detail::attention_backward<T>(space, shape, qkv, probs, d_out, work, d_qkv, Batched{});
+}
+
+template void attention_forward<float>(const ExecSpace&, const AttentionShape&, ConstMatrix<float>, Matrix<float>,
+                                       Matrix<float>);
+template void attention_forward<double>(const ExecSpace&, const AttentionShape&, ConstMatrix<double>,
+                                        Matrix<double>, Matrix<double>);
+template void attention_backward<float>(const ExecSpace&, const AttentionShape&, ConstMatrix<float>,
+                                        ConstMatrix<float>, ConstMatrix<float>, Matrix<float>, Matrix<float>);
+template void attention_backward<double>(const ExecSpace&, const AttentionShape&, ConstMatrix<double>,
+                                         ConstMatrix<double>, ConstMatrix<double>, Matrix<double>,
+                                         Matrix<double>);
+
+}  // namespace gpipe::kernels::portable

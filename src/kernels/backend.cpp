@@ -1,0 +1,165 @@
+// The kernel seam's choice of implementation (gpipe/kernels/backend.hpp).
+#include "gpipe/kernels/backend.hpp"
+
+#include <KokkosKernels_config.h>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "gpipe/config.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/views.hpp"
+#include "implementations.hpp"
+
+namespace gpipe::kernels {
+
+namespace {
+
+std::atomic<int> chosen{int(Choice::automatic)};
+
+// oneDNN runs on host memory only.
+constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+// The implementation `auto` picks, by measurement (perf/bench_seam.cpp;
+// perf/README.md, "Kernel seam"; Intel Xeon with AVX-512 and AMX, one
+// thread, Debian's OpenBLAS 0.3.21 and oneDNN 2.6.3):
+//   float: oneDNN for every primitive it has. Its f32 matmul ran 3-4x
+//     OpenBLAS' sgemm at every deck shape as the machine is set up (OpenBLAS
+//     detects the virtual CPU as Prescott and runs SSE3 kernels) and at or
+//     above it with OPENBLAS_CORETYPE=SkylakeX; its batched matmul ran 3-5x
+//     the KokkosBatched team GEMMs on the attention products (16 x 16 x 16);
+//     and it gives a row the same bits whatever the call's row count.
+//   conv2d: the convolution half of issue 21 sets its row.
+//   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
+Implementation automatic(Primitive p, int scalar_bytes) {
+  if (p == Primitive::conv2d) return Implementation::portable;
+  return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
+}
+
+std::optional<Choice> from_environment() {
+  static const std::optional<Choice> env = []() -> std::optional<Choice> {
+    const char* text = std::getenv("GPIPE_KERNELS");
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    return parse_choice(text, "environment variable GPIPE_KERNELS");
+  }();
+  return env;
+}
+
+}  // namespace
+
+const char* name(Implementation implementation) {
+  switch (implementation) {
+    case Implementation::portable: return "portable";
+    case Implementation::onednn: return "onednn";
+  }
+  return "?";
+}
+
+const char* name(Primitive primitive) {
+  switch (primitive) {
+    case Primitive::gemm: return "gemm";
+    case Primitive::gemm_bias: return "gemm_bias";
+    case Primitive::batched_gemm: return "batched_gemm";
+    case Primitive::attention: return "attention";
+    case Primitive::conv2d: return "conv2d";
+  }
+  return "?";
+}
+
+const char* name(Choice choice) {
+  switch (choice) {
+    case Choice::automatic: return "auto";
+    case Choice::portable: return "portable";
+    case Choice::onednn: return "onednn";
+  }
+  return "?";
+}
+
+std::vector<Implementation> available() {
+  std::vector<Implementation> out{Implementation::portable};
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (host_memory) out.push_back(Implementation::onednn);
+#endif
+  return out;
+}
+
+bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
+  if (implementation == Implementation::portable) return true;
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (implementation == Implementation::onednn)
+    return host_memory && scalar_bytes == 4 && primitive != Primitive::conv2d;
+#else
+  (void)primitive;
+  (void)scalar_bytes;
+#endif
+  return false;
+}
+
+Choice parse_choice(const std::string& text, const std::string& field) {
+  if (text == "auto") return Choice::automatic;
+  if (text == "portable") return Choice::portable;
+  if (text == "onednn") {
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (host_memory) return Choice::onednn;
+    throw InputError(fmt::format("{}: 'onednn' runs on host memory only; this build's memory space is {}",
+                                 field, MemSpace::name()));
+#else
+    throw InputError(fmt::format("{}: this build has no oneDNN (configure with GPIPE_ENABLE_ONEDNN=ON "
+                                 "and oneDNN installed); expected auto or portable",
+                                 field));
+#endif
+  }
+  throw InputError(fmt::format("{}: unknown kernels '{}' (expected auto, portable or onednn)", field, text));
+}
+
+void select(Choice choice) { chosen.store(int(choice)); }
+
+Choice selected() {
+  if (const auto env = from_environment()) return *env;
+  return Choice(chosen.load());
+}
+
+Implementation implementation(Primitive primitive, int scalar_bytes) {
+  switch (selected()) {
+    case Choice::portable: return Implementation::portable;
+    case Choice::onednn:
+      return has(Implementation::onednn, primitive, scalar_bytes) ? Implementation::onednn
+                                                                   : Implementation::portable;
+    case Choice::automatic: break;
+  }
+  return automatic(primitive, scalar_bytes);
+}
+
+std::string build_summary() {
+  std::string out = "kernels: portable (Kokkos Kernels, KokkosBlas TPLs as Kokkos Kernels was built)";
+#ifdef GPIPE_ENABLE_ONEDNN
+  out += fmt::format(", onednn ({}{})", onednn::version(), host_memory ? "" : "; unused: device memory space");
+#else
+  out += "; oneDNN not built (GPIPE_ENABLE_ONEDNN=OFF)";
+#endif
+  return out;
+}
+
+std::string selection_summary() {
+  Choice choice;
+  try {
+    choice = selected();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  std::string out = fmt::format("{}:", name(choice));
+  const char* sep = " ";
+  for (Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::attention,
+                      Primitive::conv2d})
+    for (int bytes : {4, 8}) {
+      out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : "double",
+                         name(implementation(p, bytes)));
+      sep = ", ";
+    }
+  return out;
+}
+
+}  // namespace gpipe::kernels

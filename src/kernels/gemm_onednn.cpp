@@ -1,0 +1,131 @@
+// oneDNN GEMM implementation of the kernel seam (float): matmul primitives,
+// cached by shape (onednn_common.hpp). Row-major operands are passed as
+// plain memory descriptors with explicit strides, a transposed operand as
+// the same memory with swapped strides (no copy). alpha is the primitive's
+// output scale, beta a sum post-op (absent for beta = 0, so C is written
+// without being read), the bias of gemm_bias matmul's bias argument.
+#include <oneapi/dnnl/dnnl_version.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "implementations.hpp"
+#include "onednn_common.hpp"
+
+namespace gpipe::kernels::onednn {
+
+using dnnl::memory;
+using namespace detail;
+
+namespace {
+
+using dims = memory::dims;
+constexpr auto f32 = memory::data_type::f32;
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// Strided-batched operand as stored -> its op() descriptor (outer, inner, r, c).
+memory::desc batched_desc(Op o, std::int64_t outer, std::int64_t inner, const Strided& s) {
+  if (o == Op::none) return memory::desc(dims{outer, inner, s.rows, s.cols}, f32,
+                                         dims{s.outer_stride, s.inner_stride, s.ld, 1});
+  return memory::desc(dims{outer, inner, s.cols, s.rows}, f32, dims{s.outer_stride, s.inner_stride, 1, s.ld});
+}
+
+dnnl::primitive_attr attributes(float alpha, float beta) {
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+std::int64_t bits(float f) {
+  std::int32_t i;
+  std::memcpy(&i, &f, sizeof i);
+  return i;
+}
+
+Entry make_matmul(const memory::desc& a, const memory::desc& b, const memory::desc* bias, const memory::desc& c,
+                  float alpha, float beta) {
+  const auto desc = bias ? dnnl::matmul::desc(a, b, *bias, c) : dnnl::matmul::desc(a, b, c);
+  const dnnl::matmul::primitive_desc pd(desc, attributes(alpha, beta), engine());
+  Entry e;
+  e.primitive = dnnl::matmul(pd);
+  e.args = {{DNNL_ARG_SRC, unbound(a)}, {DNNL_ARG_WEIGHTS, unbound(b)}, {DNNL_ARG_DST, unbound(c)}};
+  if (bias) e.args.emplace(DNNL_ARG_BIAS, unbound(*bias));
+  return e;
+}
+
+}  // namespace
+
+std::string version() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
+}
+
+void gemm(const ExecSpace& space, Op ta, Op tb, float alpha, ConstMatrix<float> a, ConstMatrix<float> b,
+          float beta, Matrix<float> c) {
+  const std::int64_t ar = std::int64_t(a.extent(0)), ac = std::int64_t(a.extent(1));
+  const std::int64_t br = std::int64_t(b.extent(0)), bc = std::int64_t(b.extent(1));
+  const std::int64_t m = std::int64_t(c.extent(0)), n = std::int64_t(c.extent(1));
+  if (m == 0 || n == 0) return;
+  const std::int64_t k = ta == Op::none ? ac : ar;
+  if (k == 0) {  // C = beta C, as BLAS does
+    portable::gemm<float>(space, ta, tb, alpha, a, b, beta, c);
+    return;
+  }
+  space.fence();
+  Entry& e = cache().get({0, int(ta), int(tb), ar, ac, br, bc, m, n, bits(alpha), bits(beta)}, [&] {
+    const memory::desc ad = ta == Op::none ? memory::desc({m, k}, f32, dims{ac, 1}) : memory::desc({m, k}, f32, dims{1, ac});
+    const memory::desc bd = tb == Op::none ? memory::desc({k, n}, f32, dims{bc, 1}) : memory::desc({k, n}, f32, dims{1, bc});
+    const memory::desc cd({m, n}, f32, dims{n, 1});
+    return make_matmul(ad, bd, nullptr, cd, alpha, beta);
+  });
+  e.run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
+}
+
+void gemm_bias(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+               Matrix<float> y) {
+  const std::int64_t m = std::int64_t(x.extent(0)), k = std::int64_t(x.extent(1)), n = std::int64_t(w.extent(1));
+  if (m == 0) return;
+  if (k == 0) {
+    portable::gemm_bias<float>(space, x, w, bias, y);
+    return;
+  }
+  space.fence();
+  Entry& e = cache().get({1, m, k, n}, [&] {
+    const memory::desc xd({m, k}, f32, dims{k, 1}), wd({k, n}, f32, dims{n, 1}), bd({1, n}, f32, dims{n, 1}),
+        yd({m, n}, f32, dims{n, 1});
+    return make_matmul(xd, wd, &bd, yd, 1.0f, 0.0f);
+  });
+  e.run({{DNNL_ARG_SRC, x.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_BIAS, bias.data()},
+         {DNNL_ARG_DST, y.data()}});
+}
+
+void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                  const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
+                  const Strided& sc) {
+  if (sc.rows == 0 || sc.cols == 0) return;
+  if ((ta == Op::none ? sa.cols : sa.rows) == 0) {
+    portable::batched_gemm<float>(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+    return;
+  }
+  space.fence();
+  Entry& e = cache().get({2, int(ta), int(tb), outer, inner, bits(alpha), bits(beta),
+                          sa.rows, sa.cols, sa.ld, sa.outer_stride, sa.inner_stride,
+                          sb.rows, sb.cols, sb.ld, sb.outer_stride, sb.inner_stride,
+                          sc.rows, sc.cols, sc.ld, sc.outer_stride, sc.inner_stride}, [&] {
+    return make_matmul(batched_desc(ta, outer, inner, sa), batched_desc(tb, outer, inner, sb), nullptr,
+                       batched_desc(Op::none, outer, inner, sc), alpha, beta);
+  });
+  e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+}
+
+}  // namespace gpipe::kernels::onednn

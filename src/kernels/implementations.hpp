@@ -1,0 +1,52 @@
+#pragma once
+// Internal: the implementations behind the kernel seam, one namespace each
+// (one source file per implementation and primitive family:
+// gemm_portable.cpp, gemm_onednn.cpp, attention_portable.cpp, ...). The
+// public entry points (dispatch.cpp) check the arguments and call the one
+// backend.cpp picks. A new implementation (e.g. cuBLASLt) adds a namespace
+// here, its files, a case in dispatch.cpp and its rows in backend.cpp.
+
+#include "gpipe/kernels/attention.hpp"
+#include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/gemm.hpp"
+
+namespace gpipe::kernels {
+
+namespace portable {
+template <class T>
+void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, ConstMatrix<T> b, T beta,
+          Matrix<T> c);
+template <class T>
+void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias, Matrix<T> y);
+template <class T>
+void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, T alpha,
+                  const T* a, const Strided& sa, const T* b, const Strided& sb, T beta, T* c,
+                  const Strided& sc);
+template <class T>
+void attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv,
+                       Matrix<T> probs, Matrix<T> out);
+template <class T>
+void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<T> qkv,
+                        ConstMatrix<T> probs, ConstMatrix<T> d_out, Matrix<T> work, Matrix<T> d_qkv);
+}  // namespace portable
+
+// Defined only in builds with GPIPE_ENABLE_ONEDNN, at float only (oneDNN
+// 2.6 has no f64 matmul on CPUs); backend.cpp never picks them otherwise.
+namespace onednn {
+void gemm(const ExecSpace& space, Op ta, Op tb, float alpha, ConstMatrix<float> a, ConstMatrix<float> b,
+          float beta, Matrix<float> c);
+void gemm_bias(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+               Matrix<float> y);
+void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                  const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
+                  const Strided& sc);
+void attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
+                       Matrix<float> probs, Matrix<float> out);
+void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
+                        ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
+                        Matrix<float> d_qkv);
+/// "oneDNN 2.6.3" (the library loaded at run time).
+std::string version();
+}  // namespace onednn
+
+}  // namespace gpipe::kernels
