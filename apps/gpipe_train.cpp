@@ -114,7 +114,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
 // The deck's data files that cannot be opened ("" if all can), for --check.
 std::string unreadable_data(const gpipe::DataSpec& data) {
   const std::vector<std::pair<const char*, const std::string*>> files =
-      data.format == "hdf5"
+      data.format == "hdf5" || data.format == "tokens"
           ? std::vector<std::pair<const char*, const std::string*>>{{"data.train_file", &data.train_file},
                                                                    {"data.test_file", &data.test_file}}
           : std::vector<std::pair<const char*, const std::string*>>{
