@@ -129,6 +129,8 @@ def build_gpt(torch, c):
     F = torch.nn.functional
     d, T, H = c["d"], c["T"], c["heads"]
 
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+
     def glorot(linear):
         nn.init.xavier_uniform_(linear.weight)
         nn.init.zeros_(linear.bias)
@@ -145,7 +147,9 @@ def build_gpt(torch, c):
             n = x.shape[0]
             q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
             heads = lambda t: t.view(n, T, H, d // H).transpose(1, 2)  # noqa: E731
-            o = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+            s = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(d // H)  # (n, H, T, T)
+            s = s.masked_fill(causal, float("-inf"))  # token t sees tokens 0..t
+            o = torch.softmax(s, dim=-1) @ heads(v)
             x = x + self.proj(o.transpose(1, 2).reshape(n, T, d))
             return x + self.mlp2(F.gelu(self.mlp1(self.ln2(x)), approximate="tanh"))
 

@@ -5,7 +5,8 @@
 // parameter. Both layers keep their tensor (checkpoints and partitions are
 // per layer as always) and Pipeline keeps them bitwise equal: the head starts
 // from E, and before every update each receives the sum of the two
-// gradients (docs/design.md, "Tied embeddings").
+// gradients (docs/design.md, "Language model: tokens, clipping and tied
+// embeddings").
 
 #include "gpipe/model/shapes.hpp"
 

@@ -94,7 +94,8 @@ class Pipeline {
                 std::int64_t n);
 
   /// One step on caller arrays: inputs (n, input features) row-major float32
-  /// and labels (n), host memory, already normalized. Collective. Throws
+  /// and labels (n) (for token_cross_entropy (n, T) row-major: the next token
+  /// id of each input token), host memory, already normalized. Collective. Throws
   /// InputError for a regression loss (pass float targets).
   LossSums step(const float* inputs, const std::int32_t* labels, std::int64_t n);
   /// One step with float targets (n, outputs) row-major (regression losses:
