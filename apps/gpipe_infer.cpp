@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +17,7 @@
 #include "gpipe/config.hpp"
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/rng.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
@@ -32,6 +35,13 @@ struct Options {
   int cells = 0;
   std::int64_t batch_size = 0;
   int micro_batches = 0;
+  // --generate (a language model): prompt, continuation length, sampling.
+  std::string generate, vocabulary;
+  bool generating = false;
+  std::int64_t tokens = 200;
+  double temperature = 1.0;  // 0: greedy
+  std::int64_t top_k = 0;    // 0: the whole vocabulary
+  std::uint64_t seed = 1;
 };
 
 // Runs `step` on every rank and agrees on its outcome (gpipe::agreed): if it
@@ -100,6 +110,91 @@ int infer(const gpipe::Deck& deck, const gpipe::CheckpointInfo& info, const Opti
   return 0;
 }
 
+// The id of the next token from one token's logits (V): the arg-max when
+// temperature is 0 (greedy; the first maximum), else a draw from softmax(z /
+// temperature) restricted to the top_k largest logits (0: all), with a
+// uniform from the counter-based hash of (seed, position): the same draw on
+// every rank, at any K, on every platform.
+template <class T>
+std::int64_t next_token(const T* z, std::int64_t V, const Options& o, std::int64_t position) {
+  std::vector<std::int64_t> ids(static_cast<size_t>(V));
+  for (std::int64_t v = 0; v < V; ++v) ids[size_t(v)] = v;
+  std::stable_sort(ids.begin(), ids.end(), [&](std::int64_t a, std::int64_t b) { return z[a] > z[b]; });
+  if (o.temperature == 0) return ids[0];
+  const auto k = size_t(o.top_k > 0 ? std::min(o.top_k, V) : V);
+  std::vector<double> p(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((double(z[ids[i]]) - double(z[ids[0]])) / o.temperature);
+  const double u = gpipe::rng::uniform01(gpipe::rng::hash(o.seed, 0x6e657874ULL, std::uint64_t(position))) * sum;
+  double acc = 0;
+  for (size_t i = 0; i < k; ++i)
+    if ((acc += p[i]) > u) return ids[i];
+  return ids[k - 1];
+}
+
+// --generate: the prompt's characters as ids, then o.tokens continuations,
+// each from one predict() of the last T ids (left-aligned, the unused tail
+// filled with id 0, which causal attention never lets an earlier position
+// see) and the logits of the last real position. Collective.
+template <class T>
+int generate_text(const gpipe::Deck& deck, const Options& o, int rank) {
+  std::unique_ptr<gpipe::Pipeline<T>> pipeline;
+  std::string vocabulary;
+  std::vector<std::int64_t> ids;
+  const std::int64_t context = deck.model.input_features;
+  if (!on_all_ranks(rank, [&] {
+        if (!deck.model.loss.tokens())
+          throw gpipe::InputError(fmt::format("--generate: {} is not a language model (model.loss is {}, "
+                                              "expected token_cross_entropy)",
+                                              o.checkpoint, deck.model.loss.type));
+        if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+          throw gpipe::InputError(fmt::format("--temperature: expected a finite number >= 0, got {}", o.temperature));
+        if (o.tokens < 0 || o.top_k < 0)
+          throw gpipe::InputError("--tokens and --top-k: expected integers >= 0");
+        const std::string file = o.vocabulary.empty() ? deck.data.train_file : o.vocabulary;
+        vocabulary = gpipe::load_token_vocabulary(file);
+        if (std::int64_t(vocabulary.size()) > deck.model.vocabulary())
+          throw gpipe::InputError(fmt::format("{}: a vocabulary of {} characters, but the model has {} "
+                                              "logits per token",
+                                              file, vocabulary.size(), deck.model.vocabulary()));
+        for (size_t i = 0; i < o.generate.size(); ++i) {
+          const auto at = vocabulary.find(o.generate[i]);
+          if (at == std::string::npos)
+            throw gpipe::InputError(fmt::format("--generate: character {} of the prompt ('{}') is not in "
+                                                "the vocabulary of {}",
+                                                i, o.generate.substr(i, 1), file));
+          ids.push_back(std::int64_t(at));
+        }
+        if (ids.empty()) throw gpipe::InputError("--generate: the prompt is empty (give at least one character)");
+        pipeline = std::make_unique<gpipe::Pipeline<T>>(deck, MPI_COMM_WORLD);
+      }))
+    return kExitInputError;
+  if (!on_all_ranks(rank, [&] { pipeline->load_checkpoint(o.checkpoint); })) return kExitInputError;
+  const std::int64_t V = deck.model.vocabulary();
+  const double start = MPI_Wtime();
+  std::vector<float> window(static_cast<size_t>(context));
+  for (std::int64_t n = 0; n < o.tokens; ++n) {
+    const std::int64_t used = std::min<std::int64_t>(std::int64_t(ids.size()), context);
+    const auto first = ids.end() - used;
+    std::fill(window.begin(), window.end(), 0.0f);
+    for (std::int64_t t = 0; t < used; ++t) window[size_t(t)] = float(first[t]);
+    const std::vector<T> logits = pipeline->predict(window.data(), 1);
+    ids.push_back(next_token(logits.data() + (used - 1) * V, V, o, std::int64_t(ids.size())));
+    if (ids.back() >= std::int64_t(vocabulary.size())) ids.back() = 0;  // an id the text never used
+  }
+  const double seconds = MPI_Wtime() - start;
+  if (rank == 0) {
+    std::string text;
+    for (const auto id : ids) text += vocabulary[size_t(id)];
+    fmt::print("{}\n", text);
+    std::cerr << fmt::format("gpipe-infer: {} tokens ({}, temperature {}, top-k {}, seed {}) from {} on {} "
+                             "ranks ({} cells), {:.3f} s\n",
+                             o.tokens, o.temperature == 0 ? "greedy" : "sampled", o.temperature, o.top_k,
+                             o.seed, o.checkpoint, pipeline->grid().ranks(), pipeline->grid().cells, seconds);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,8 +208,18 @@ int main(int argc, char** argv) {
       "weights and the input/target normalization. Inputs are raw samples in the units of the "
       "training data; regression outputs come back in the targets' units, classification outputs "
       "are logits (plus their arg-max).\n\n"
-      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600_3f2a9c01d4e5b678.h5 --input x.h5 --output y.h5\n"
-      "  mpirun -n 2 gpipe-infer ckpt --input x.h5 --output y.h5   (the newest checkpoint in ckpt/)\n\n"
+      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600_3f2a9c01d4e5b678.h5 --input x.h5 --output y.h5
+"
+      "  mpirun -n 2 gpipe-infer ckpt --input x.h5 --output y.h5   (the newest checkpoint in ckpt/)
+
+"
+      "A language model continues a prompt instead (printed on standard output):
+
+"
+      "  mpirun -n 2 gpipe-infer ckpt --generate 'And God said' --tokens 200 --temperature 0.8 "
+      "--top-k 10
+
+"
       "Checkpoints are named ckpt_<step, 9 digits>_<run id, 16 hex digits>.h5. "
       "Any number of ranks: by default all ranks form one pipeline (K = ranks cells); --cells K "
       "makes ranks/K data-parallel replicas. Output layout: docs/file-formats.md, \"Predictions\" "
@@ -125,8 +230,18 @@ int main(int argc, char** argv) {
                  "Checkpoint written by gpipe-train (ckpt_*.h5), or a checkpoint directory (its "
                  "newest complete checkpoint)")
       ->required();
-  app.add_option("--input", o.input, "HDF5 file with the inputs (N, features)")->required();
-  app.add_option("--output", o.output, "HDF5 file to write (replaced if it exists)")->required();
+  auto* generate = app.add_option("--generate", o.generate,
+                                  "Language model: continue this prompt (text) and print it (no --input)");
+  app.add_option("--input", o.input, "HDF5 file with the inputs (N, features)")->excludes(generate);
+  app.add_option("--output", o.output, "HDF5 file to write (replaced if it exists)")->excludes(generate);
+  app.add_option("--tokens", o.tokens, "--generate: tokens to generate")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "--generate: softmax temperature (0 = greedy)")
+      ->capture_default_str();
+  app.add_option("--top-k", o.top_k, "--generate: sample among the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "--generate: seed of the sampling")->capture_default_str();
+  app.add_option("--vocabulary", o.vocabulary,
+                 "--generate: token file with the vocabulary (default: the deck's data.train_file)");
   app.add_option("--inputs-dataset", o.inputs_dataset, "Dataset of the inputs in --input")
       ->capture_default_str();
   app.add_option("--output-dataset", o.output_dataset, "Dataset of the predictions in --output")
@@ -144,6 +259,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     for (const auto& extra : app.remaining())
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
+    o.generating = generate->count() > 0;
+    if (!o.generating && (o.input.empty() || o.output.empty()))
+      throw CLI::RequiredError("--input and --output (or --generate)");
   } catch (const CLI::ParseError& e) {
     if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
     return e.get_exit_code() == 0 ? 0 : kExitInputError;
@@ -166,6 +284,8 @@ int main(int argc, char** argv) {
       }))
     return kExitInputError;
   return gpipe::app::abort_on_error("gpipe-infer", rank, [&] {
+    if (o.generating)
+      return deck.precision == "double" ? generate_text<double>(deck, o, rank) : generate_text<float>(deck, o, rank);
     return deck.precision == "double" ? infer<double>(deck, info, o, rank)
                                       : infer<float>(deck, info, o, rank);
   });

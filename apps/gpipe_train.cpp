@@ -36,6 +36,7 @@
 #include "gpipe/io/deck.hpp"
 #include "gpipe/io/trace_file.hpp"
 #include "gpipe/layers/registry.hpp"
+#include "gpipe/loss/token_cross_entropy.hpp"
 #include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
@@ -271,7 +272,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
 // The deck's data files that cannot be opened ("" if all can), for --check.
 std::string unreadable_data(const gpipe::DataSpec& data) {
   const std::vector<std::pair<const char*, const std::string*>> files =
-      data.format == "hdf5"
+      data.format == "hdf5" || data.format == "tokens"
           ? std::vector<std::pair<const char*, const std::string*>>{{"data.train_file", &data.train_file},
                                                                    {"data.test_file", &data.test_file}}
           : std::vector<std::pair<const char*, const std::string*>>{
@@ -339,7 +340,7 @@ void list_keys() {
 }
 
 // One epoch of the summary's "history" (and of the metrics stream's "epoch" records).
-nlohmann::json history_entry(const gpipe::EpochReport& e, bool regression) {
+nlohmann::json history_entry(const gpipe::EpochReport& e, bool regression, bool tokens) {
   nlohmann::json h = {{"epoch", e.epoch},
                       {"train_loss", e.train_loss_finite ? figure(e.train_loss) : nullptr},
                       {"train_samples", e.train_samples},
@@ -355,6 +356,10 @@ nlohmann::json history_entry(const gpipe::EpochReport& e, bool regression) {
     h["train_rmse"] = figure(e.train_metrics.rmse_all);
   } else {
     h["test_accuracy"] = e.test.finite() ? figure(e.test.accuracy) : nullptr;
+  }
+  if (tokens) {  // a language model: the test loss per token as perplexity and bits
+    h["test_perplexity"] = e.test.finite() ? figure(gpipe::token_metrics(e.test.loss).perplexity) : nullptr;
+    h["test_bits_per_token"] = e.test.finite() ? figure(gpipe::token_metrics(e.test.loss).bits) : nullptr;
   }
   return h;
 }
@@ -461,7 +466,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   const bool regression = deck.model.loss.regression();
   // Every epoch of the run: earlier jobs' (a restart or requeue), then this job's.
   auto epochs = earlier;
-  for (const auto& e : reports) epochs[e.epoch] = history_entry(e, regression);
+  for (const auto& e : reports) epochs[e.epoch] = history_entry(e, regression, deck.model.loss.tokens());
   j["history"] = nlohmann::json::array();
   for (const auto& [epoch, h] : epochs) j["history"].push_back(h);
   j["epochs_this_job"] = reports.size();
@@ -475,6 +480,14 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
     j["train_metrics"] = metrics_json(r.train_metrics);
   } else {
     j["test_accuracy"] = r.test.finite() ? figure(r.test.accuracy) : nullptr;
+  }
+  if (deck.model.loss.tokens()) {  // the loss is per token (nats)
+    const auto m = gpipe::token_metrics(r.test.loss), t = gpipe::token_metrics(r.train_loss);
+    j["test_perplexity"] = r.test.finite() ? figure(m.perplexity) : nullptr;
+    j["test_bits_per_token"] = r.test.finite() ? figure(m.bits) : nullptr;
+    j["train_perplexity"] = r.train_loss_finite ? figure(t.perplexity) : nullptr;
+    j["train_bits_per_token"] = r.train_loss_finite ? figure(t.bits) : nullptr;
+    j["tokens_per_sample"] = deck.model.labels_per_sample();
   }
   j["test_loss"] = figure(r.test.loss);
   j["train_loss"] = r.train_loss_finite ? figure(r.train_loss) : nullptr;
@@ -511,8 +524,8 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
                                           train_set.name, train_set.features,
                                           deck.model.input_features));
     if (last && !deck.model.loss.regression()) {
-      gpipe::check_labels(train_set, deck.model.classes());
-      gpipe::check_labels(test_set, deck.model.classes());
+      gpipe::check_labels(train_set, deck.model.vocabulary());
+      gpipe::check_labels(test_set, deck.model.vocabulary());
     }
     if (last && deck.model.loss.regression() && train_set.outputs != deck.model.classes())
       throw gpipe::InputError(fmt::format("{}: {} targets per sample but the model's last layer has "
@@ -623,7 +636,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     driver.set_progress(
         [&](const gpipe::ProgressRecord& p) { metrics.write(record("progress", progress_event(p))); });
     driver.set_epoch_done([&](const gpipe::EpochReport& e) {
-      metrics.write(record("epoch", history_entry(e, regression)));
+      metrics.write(record("epoch", history_entry(e, regression, deck.model.loss.tokens())));
     });
   }
   const auto reports = driver.fit(train_set, test_set);

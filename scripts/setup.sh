@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on Debian 12: installs the Debian packages gpipe-kokkos
-# needs (only those missing), then configures and builds into build/ (-j2).
+# needs (only those missing), then configures and builds into build/ (-j2)
+# and writes the language model's text data into data/ when missing.
 # On a cluster, skip this script: see README.md, "On a cluster".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist python3-h5py python3-matplotlib
+  bible-kjv bible-kjv-text python3-yaml
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -29,3 +31,9 @@ if [ ! -f build/CMakeCache.txt ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 fi
 cmake --build build -j2
+
+# The language model's text (inputs/kjv_gpt.yaml): the King James Bible as
+# character ids, written once (docs/file-formats.md, "Token data").
+if [ ! -f data/kjv_train.h5 ] || [ ! -f data/kjv_validation.h5 ]; then
+  /usr/bin/python3 scripts/make_text_data.py data
+fi

@@ -178,6 +178,19 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
     record_inputs();
     return {std::move(train), std::move(test)};
   }
+  if (spec.format == "tokens") {  // ids, never normalized (the deck refuses data.normalize)
+    Dataset train = load_hdf5_tokens(spec.train_file, spec.tokens_dataset, spec.sequence_length,
+                                     spec.train_limit, with_inputs);
+    Dataset test = load_hdf5_tokens(spec.test_file, spec.tokens_dataset, spec.sequence_length,
+                                    spec.test_limit, with_inputs);
+    if (!train.vocabulary.empty() && !test.vocabulary.empty() && train.vocabulary != test.vocabulary)
+      throw InputError(fmt::format("{} and {} have different vocabularies ({} and {} ids, or other "
+                                   "characters): write both with one make_text_data.py run",
+                                   spec.train_file, spec.test_file, train.vocabulary.size(),
+                                   test.vocabulary.size()));
+    if (stats) *stats = NormalizationStats{};
+    return {std::move(train), std::move(test)};
+  }
   if (norm.mode == "scale")
     throw InputError("data.normalize: 'scale' (x/255) is for IDX images; use none, standardize or "
                      "standardize_per_feature for HDF5 data");
@@ -215,11 +228,17 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
 }
 
 void check_labels(const Dataset& data, std::int64_t classes) {
+  const auto per = size_t(std::max<std::int64_t>(data.labels_per_sample, 1));
   for (size_t i = 0; i < data.labels.size(); ++i)
-    if (data.labels[i] < 0 || data.labels[i] >= classes)
+    if (data.labels[i] < 0 || data.labels[i] >= classes) {
+      if (per > 1)
+        throw InputError(fmt::format("{}: token id {} (sample {}, token {}) is outside [0, {}) (the "
+                                     "model's vocabulary: its last layer has {} logits per token)",
+                                     data.labels_name, data.labels[i], i / per, i % per, classes, classes));
       throw InputError(fmt::format("{}: label {} of sample {} is outside [0, {}) (the model's last "
                                    "layer has {} outputs)",
                                    data.labels_name, data.labels[i], i, classes, classes));
+    }
 }
 
 std::vector<std::int64_t> epoch_order(std::int64_t samples, std::uint64_t seed, std::int64_t epoch,

@@ -28,11 +28,12 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"data",
        {"format", "train_images", "train_labels", "test_images", "test_labels", "train_file",
         "test_file", "inputs_dataset", "labels_dataset", "targets_dataset", "normalize",
-        "normalize_targets", "train_limit", "test_limit"}},
+        "normalize_targets", "train_limit", "test_limit", "tokens_dataset", "sequence_length"}},
       {"training",
        {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every", "nonfinite"}},
       {"optimizer",
-       {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule"}},
+       {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule", "warmup_steps",
+        "clip_norm"}},
       {"pipeline", {"balance", "remat", "schedule", "link"}},
       {"pipeline.link", {"latency_us", "bandwidth_gbps"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
@@ -123,12 +124,13 @@ const std::map<std::string, Domain>& domains() {
     t["seed"] = integer(0);
     t["precision"] = choice({"float", "double"});
     t["kernels"] = choice({"auto", "portable", "onednn"});
-    t["data.format"] = choice({"idx", "hdf5"});
-    t["model.loss"] = choice({"softmax_cross_entropy", "mse", "mae", "huber"});
+    t["data.format"] = choice({"idx", "hdf5", "tokens"});
+    t["data.sequence_length"] = integer(1, kIntMax);
+    t["model.loss"] = choice({"softmax_cross_entropy", "token_cross_entropy", "mse", "mae", "huber"});
     t["model.huber_delta"] = number(0, true);
     for (const char* k : {"train_images", "train_labels", "test_images", "test_labels",
                           "train_file", "test_file", "inputs_dataset", "labels_dataset",
-                          "targets_dataset"})
+                          "targets_dataset", "tokens_dataset"})
       t[std::string("data.") + k] = text(false);
     t["data.normalize"] = choice({"none", "scale", "standardize", "standardize_per_feature"});
     t["data.normalize_targets"] = choice({"none", "standardize"});
@@ -148,6 +150,8 @@ const std::map<std::string, Domain>& domains() {
     t["optimizer.eps"] = number(0, true);
     t["optimizer.weight_decay"] = number(0, false);
     t["optimizer.schedule"] = choice({"constant", "cosine"});
+    t["optimizer.warmup_steps"] = integer(0);
+    t["optimizer.clip_norm"] = number(0, false);
     t["pipeline.remat"] = choice({"never", "always", "except_last"});
     t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble"});
     t["pipeline.link.latency_us"] = number(0, false);
@@ -379,7 +383,33 @@ DataSpec read_data(const Section& d, const ModelSpec& model) {
     data.labels_dataset = d.value<std::string>("labels_dataset", "labels");
     data.targets_dataset = d.value<std::string>("targets_dataset", "targets");
   }
-  data.normalize = d.value<std::string>("normalize", "standardize");
+  if (data.format == "tokens") {
+    data.tokens_dataset = d.value<std::string>("tokens_dataset", "tokens");
+    data.sequence_length = d.value<std::int64_t>("sequence_length", model.input_features);
+    if (!model.loss.tokens())
+      throw InputError(fmt::format("{}: data.format: tokens feeds a language model: set model.loss to "
+                                   "token_cross_entropy (model.loss is {})",
+                                   d.where(d.raw("format")), model.loss.type));
+    if (data.sequence_length != model.input_features)
+      throw InputError(fmt::format("{}: data.sequence_length: {} tokens per sample, but model.input is "
+                                   "{} (one token id per input column)",
+                                   d.where(d.raw("sequence_length")), data.sequence_length,
+                                   model.input_features));
+    if (model.labels_per_sample() != data.sequence_length)
+      throw InputError(fmt::format("{}: data.sequence_length: {} tokens per sample, but the model's last "
+                                   "layer outputs logits for {} tokens",
+                                   d.where(d.raw("format")), data.sequence_length,
+                                   model.labels_per_sample()));
+    if (d.has("normalize") && d.value<std::string>("normalize", "none") != "none")
+      throw InputError(fmt::format("{}: data.normalize: token ids are never normalized (expected none "
+                                   "or no key for data.format: tokens)",
+                                   d.where(d.raw("normalize"))));
+  } else if (model.loss.tokens()) {
+    throw InputError(fmt::format("{}: model.loss: token_cross_entropy reads a label per token, which "
+                                 "only data.format: tokens provides",
+                                 d.where(d.raw("format") ? d.raw("format") : d.node())));
+  }
+  data.normalize = d.value<std::string>("normalize", data.format == "tokens" ? "none" : "standardize");
   if (data.format == "hdf5" && data.normalize == "scale")
     throw InputError(fmt::format("{}: data.normalize: 'scale' (x/255) is for IDX images; expected "
                                  "none, standardize or standardize_per_feature for HDF5 data",
@@ -425,6 +455,8 @@ OptimizerSpec read_optimizer(const Section& o) {
   opt.eps = o.value<double>("eps", opt.eps);
   opt.weight_decay = o.value<double>("weight_decay", opt.weight_decay);
   opt.schedule = o.value<std::string>("schedule", opt.schedule);
+  opt.warmup_steps = o.value<std::int64_t>("warmup_steps", opt.warmup_steps);
+  opt.clip_norm = o.value<double>("clip_norm", opt.clip_norm);
   return opt;
 }
 

@@ -169,6 +169,67 @@ Dataset load_hdf5_regression(const std::string& path, const std::string& inputs,
   return d;
 }
 
+Dataset load_hdf5_tokens(const std::string& path, const std::string& tokens,
+                         std::int64_t sequence_length, std::int64_t limit, bool with_inputs) {
+  const h5::Handle file = open_data_file(path);
+  const std::int64_t T = sequence_length;
+  require(T >= 1, fmt::format("{}: data.sequence_length = {}, expected a positive integer", path, T));
+  Dataset d;
+  d.name = d.labels_name = path + ":" + tokens;
+  h5::Handle ids;
+  const auto dims = open_checked(file.get(), path, tokens, 1, H5T_INTEGER, "(tokens)", ids, "tokens_dataset");
+  const auto count = std::int64_t(dims[0]);
+  if (count < T + 1)
+    throw InputError(fmt::format("{}: dataset '{}' holds {} token ids, fewer than one sequence of "
+                                 "data.sequence_length + 1 = {}",
+                                 path, tokens, count, T + 1));
+  check_storage(ids.get(), path, tokens, dims);
+  const std::int64_t sequences = (count - 1) / T;
+  d.samples = limit > 0 ? std::min(limit, sequences) : sequences;
+  const std::int64_t used = d.samples * T + 1;  // the ids the kept sequences read
+  std::vector<std::int32_t> stream(static_cast<size_t>(used));
+  read_rows(ids.get(), H5T_NATIVE_INT32, dims, hsize_t(used), stream.data(), path, tokens);
+  std::int64_t vocabulary = std::int64_t(1) << 24;  // ids are exact as float below 2^24
+  if (H5Lexists(file.get(), "vocabulary", H5P_DEFAULT) > 0) {
+    h5::Handle v;
+    const auto vdims = open_checked(file.get(), path, "vocabulary", 1, H5T_INTEGER, "(V)", v, "tokens_dataset");
+    check_storage(v.get(), path, "vocabulary", vdims);
+    std::string chars(size_t(vdims[0]), '\0');
+    if (!chars.empty()) read_rows(v.get(), H5T_NATIVE_UCHAR, vdims, vdims[0], chars.data(), path, "vocabulary");
+    d.vocabulary = chars;
+    vocabulary = std::int64_t(vdims[0]);
+  }
+  for (std::int64_t i = 0; i < used; ++i)
+    if (stream[size_t(i)] < 0 || stream[size_t(i)] >= vocabulary)
+      throw InputError(fmt::format("{}: dataset '{}': token {} has id {}, outside [0, {}){}", path, tokens, i,
+                                   stream[size_t(i)], vocabulary,
+                                   d.vocabulary.empty() ? "" : " (the file's vocabulary)"));
+  d.labels_per_sample = T;
+  d.labels.resize(size_t(d.samples * T));
+  for (std::int64_t s = 0; s < d.samples; ++s)
+    for (std::int64_t t = 0; t < T; ++t) d.labels[size_t(s * T + t)] = stream[size_t(s * T + t + 1)];
+  if (with_inputs) {
+    d.features = T;
+    d.inputs.resize(size_t(d.samples * T));
+    for (std::int64_t k = 0; k < d.samples * T; ++k) d.inputs[size_t(k)] = float(stream[size_t(k)]);
+  }
+  return d;
+}
+
+std::string load_token_vocabulary(const std::string& path) {
+  const h5::Handle file = open_data_file(path);
+  if (H5Lexists(file.get(), "vocabulary", H5P_DEFAULT) <= 0)
+    throw InputError(fmt::format("{}: no dataset 'vocabulary' (the characters of the token ids; "
+                                 "scripts/make_text_data.py writes it)",
+                                 path));
+  h5::Handle v;
+  const auto dims = open_checked(file.get(), path, "vocabulary", 1, H5T_INTEGER, "(V)", v, "tokens_dataset");
+  check_storage(v.get(), path, "vocabulary", dims);
+  std::string chars(size_t(dims[0]), '\0');
+  if (!chars.empty()) read_rows(v.get(), H5T_NATIVE_UCHAR, dims, dims[0], chars.data(), path, "vocabulary");
+  return chars;
+}
+
 Dataset load_hdf5_inputs(const std::string& path, const std::string& inputs) {
   const h5::Handle file = open_data_file(path);
   Dataset d;

@@ -8,6 +8,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/layers/softmax_cross_entropy.hpp"
 #include "gpipe/loss/regression.hpp"
+#include "gpipe/loss/token_cross_entropy.hpp"
 
 namespace gpipe {
 
@@ -23,6 +24,7 @@ template <class T>
 std::unique_ptr<Loss<T>> make_loss(const LossSpec& spec) {
   using R = RegressionLoss<T>;
   if (spec.type == "softmax_cross_entropy") return std::make_unique<SoftmaxCrossEntropy<T>>();
+  if (spec.type == "token_cross_entropy") return std::make_unique<TokenCrossEntropy<T>>();
   if (spec.type == "mse") return std::make_unique<R>(R::Kind::Mse);
   if (spec.type == "mae") return std::make_unique<R>(R::Kind::Mae);
   if (spec.type == "huber") {
@@ -32,7 +34,7 @@ std::unique_ptr<Loss<T>> make_loss(const LossSpec& spec) {
     return std::make_unique<R>(R::Kind::Huber, spec.huber_delta);
   }
   throw InputError(fmt::format("model.loss: unknown loss '{}' (expected softmax_cross_entropy, "
-                               "mse, mae or huber)",
+                               "token_cross_entropy, mse, mae or huber)",
                                spec.type));
 }
 

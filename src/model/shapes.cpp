@@ -61,6 +61,15 @@ LayerShape layer_shape(const LayerSpec& spec, const Shape& input, std::int64_t i
   return s;
 }
 
+std::int64_t ModelSpec::labels_per_sample() const {
+  if (loss.regression()) return 0;
+  return loss.tokens() ? model_shapes(*this).back().output[0] : 1;
+}
+
+std::int64_t ModelSpec::vocabulary() const {
+  return loss.tokens() ? model_shapes(*this).back().output[1] : classes();
+}
+
 std::vector<LayerShape> model_shapes(const ModelSpec& model) {
   const Shape input = model.input_shape();
   bool positive = input.rank() > 0;
@@ -77,6 +86,14 @@ std::vector<LayerShape> model_shapes(const ModelSpec& model) {
   for (size_t i = 0; i < model.layers.size(); ++i) {
     out.push_back(layer_shape(model.layers[i], shape, std::int64_t(i)));
     shape = out.back().output;
+  }
+  if (model.loss.tokens()) {
+    require(shape.rank() == 2 && shape[1] >= 2,
+            fmt::format("model.layers: token_cross_entropy needs a last layer that outputs (tokens, "
+                        "vocabulary) logits with a vocabulary >= 2, got shape {} (end the model with "
+                        "{{type: lm_head}})",
+                        shape.str()));
+    return out;
   }
   require(shape.rank() == 1, fmt::format("model.layers: the last layer must output a flat vector of "
                                          "{}, got shape {} (add {{type: flatten}})",

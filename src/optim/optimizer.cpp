@@ -68,6 +68,10 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const OptimizerSpec& spec, std::int
   require(spec.lr > 0, fmt::format("optimizer.lr: expected a positive value, got {}", spec.lr));
   require(spec.weight_decay >= 0, fmt::format("optimizer.weight_decay: expected a value >= 0, got {}",
                                               spec.weight_decay));
+  require(spec.warmup_steps >= 0,
+          fmt::format("optimizer.warmup_steps: expected an integer >= 0, got {}", spec.warmup_steps));
+  require(spec.clip_norm >= 0 && std::isfinite(spec.clip_norm),
+          fmt::format("optimizer.clip_norm: expected a finite value >= 0 (0: off), got {}", spec.clip_norm));
   require(spec.schedule == "constant" || spec.schedule == "cosine",
           fmt::format("optimizer.schedule: unknown schedule '{}' (expected constant or cosine)",
                       spec.schedule));
@@ -89,9 +93,11 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const OptimizerSpec& spec, std::int
 }
 
 double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps) {
-  if (spec.schedule != "cosine" || total_steps <= 0) return spec.lr;
+  const std::int64_t w = spec.warmup_steps;
+  if (w > 0 && step < w) return spec.lr * double(step + 1) / double(w);
+  if (spec.schedule != "cosine" || total_steps <= w) return spec.lr;
   const double pi = 3.14159265358979323846;
-  return spec.lr * 0.5 * (1.0 + std::cos(pi * double(step) / double(total_steps)));
+  return spec.lr * 0.5 * (1.0 + std::cos(pi * double(step - w) / double(total_steps - w)));
 }
 
 template class Sgd<float>;

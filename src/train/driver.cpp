@@ -9,6 +9,7 @@
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/loss/token_cross_entropy.hpp"
 #include "gpipe/train/restart.hpp"
 
 namespace gpipe {
@@ -19,8 +20,16 @@ std::string figure(double value, bool valid = true) {
   return valid && std::isfinite(value) ? fmt::format("{:.4f}", value) : std::string("not finite");
 }
 
-// The test metrics of an epoch line: accuracy, or RMSE, MAE and R^2.
-std::string test_metrics(const Evaluation& e, bool regression) {
+// The test metrics of an epoch line: accuracy, or RMSE, MAE and R^2; for a
+// language model perplexity, bits per token (character) and token accuracy.
+std::string test_metrics(const Evaluation& e, const LossSpec& loss) {
+  const bool regression = loss.regression();
+  if (loss.tokens()) {
+    const auto m = token_metrics(e.loss);
+    return fmt::format("test perplexity {}, bits per token {}, token accuracy {}",
+                       figure(m.perplexity, e.finite()), figure(m.bits, e.finite()),
+                       figure(e.accuracy, e.finite()));
+  }
   if (!regression) return "test accuracy " + figure(e.accuracy, e.finite());
   const auto& m = e.regression;
   return fmt::format("test rmse {}, mae {}, r2 {}", figure(m.rmse_all, e.finite()),
@@ -167,7 +176,7 @@ void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
                        "samples/s, {:.1f} s{}\n",
                        r.epoch, pipeline_.deck().training.epochs,
                        figure(r.train_loss, r.train_loss_finite), figure(r.test.loss, r.test.finite()),
-                       test_metrics(r.test, pipeline_.deck().model.loss.regression()),
+                       test_metrics(r.test, pipeline_.deck().model.loss),
                        r.samples_per_second, r.seconds, notes)
         << std::flush;
 }

@@ -9,8 +9,10 @@
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/finite.hpp"
+#include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/cost.hpp"
+#include "gpipe/optim/clip.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
@@ -21,6 +23,22 @@ GridShape checked_grid(const Deck& deck, MPI_Comm comm) {
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
   return grid_shape(deck, ranks);
+}
+
+// Tied embeddings: dE + dW (in that order) into dE, and also into dW when
+// `both`; with `into_w` only dW gets it (the head's cell, dE a copy from
+// the embedding's cell). A free function: nvcc rejects a KOKKOS_LAMBDA in
+// a private member.
+template <class T>
+void add_tied(const ExecSpace& space, Kokkos::View<T*, MemSpace> de, Kokkos::View<T*, MemSpace> dw, bool both,
+              bool into_w = false) {
+  Kokkos::parallel_for(
+      "gpipe::Pipeline::tie_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, de.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const T sum = de(i) + dw(i);
+        if (both || !into_w) de(i) = sum;
+        if (both || into_w) dw(i) = sum;
+      });
 }
 }  // namespace
 
@@ -38,6 +56,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
   costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
   partition_ = deck_partition(deck, K, costs_);
+  tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
   CellOptions options;
   options.max_batch = shard;
   options.micro_batches = M;
@@ -48,6 +67,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  if (tied_.tied()) share_tied_weights();
   run_id_ = new_run_id(comm_.get());
   MPI_Barrier(comm_.get());
   tracer_ = Tracer(Tracer::steady_ns());
@@ -69,8 +89,9 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   }
   regression_ = deck.model.loss.regression();
   outputs_ = deck.model.classes();
+  labels_per_sample_ = std::max<std::int64_t>(deck.model.labels_per_sample(), 1);
   if (cell_->is_last() && !regression_) {
-    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard);
+    batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard * labels_per_sample_);
     batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
   }
   if (cell_->is_last() && regression_) {
@@ -82,7 +103,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
 template <class T>
 Targets<T> Pipeline<T>::staged_targets() const {
   if (regression_) return Targets<T>(ConstMatrix<T>(batch_targets_));
-  return Targets<T>(ConstLabelVector(batch_labels_));
+  return Targets<T>(ConstLabelVector(batch_labels_), labels_per_sample_);
 }
 
 template <class T>
@@ -188,7 +209,9 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
     Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
   }
   if (cell_->is_last() && labels && !regression_) {
-    for (std::int64_t i = 0; i < shard.size; ++i) batch_labels_host_(i) = labels[row(i)];
+    const std::int64_t w = labels_per_sample_;  // T labels per sample for token data
+    for (std::int64_t i = 0; i < shard.size; ++i)
+      for (std::int64_t t = 0; t < w; ++t) batch_labels_host_(i * w + t) = labels[row(i) * w + t];
     Kokkos::deep_copy(batch_labels_, batch_labels_host_);
   }
   if (cell_->is_last() && targets && regression_) {
@@ -312,7 +335,9 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     const Tracer::Scope wait(&tracer_, EventKind::ReduceWait, -1);
     reducer_->finish();
   }
+  if (tied_.tied()) tie_gradients();
   last_step_applied_ = check_finite(sums);  // on the reduced gradients
+  if (last_step_applied_ && deck_.optimizer.clip_norm > 0) clip_gradients();
   if (last_step_applied_) {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
     optimizer_->step(cell_->parameters(), cell_->gradients(), lr);
@@ -326,6 +351,94 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
             fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
 #endif
   return sums;
+}
+
+template <class T>
+int Pipeline<T>::local_layer(int layer) const {
+  const int l = layer - cell_->first_layer();
+  return l >= 0 && l < int(cell_->layers().size()) ? l : -1;
+}
+
+template <class T>
+int Pipeline<T>::cell_of(int layer) const {
+  int cell = 0;
+  while (cell + 1 < partition_.cells() && partition_.first_layer(cell + 1) <= layer) ++cell;
+  return cell;
+}
+
+template <class T>
+Kokkos::View<T*, MemSpace> Pipeline<T>::layer_slice(const Vector<T>& values, int layer) const {
+  const auto offsets = cell_->parameter_offsets();
+  const int l = local_layer(layer);
+  return Kokkos::subview(values, std::make_pair(offsets[size_t(l)], offsets[size_t(l) + 1]));
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) const {
+  // The two cells of one replica swap their slices (the same size: checked
+  // by tied_layers) on the pipeline communicator.
+  auto host = Kokkos::create_mirror_view(mine);
+  Kokkos::deep_copy(host, mine);
+  std::vector<T> theirs(host.extent(0));
+  MPI_Sendrecv(host.data(), int(host.extent(0)), mpi_type<T>(), peer_cell, kTieTag, theirs.data(),
+               int(theirs.size()), mpi_type<T>(), peer_cell, kTieTag, grid_.pipeline(), MPI_STATUS_IGNORE);
+  return theirs;
+}
+
+template <class T>
+void Pipeline<T>::share_tied_weights() {
+  const int e = local_layer(tied_.embedding), h = local_layer(tied_.head);
+  if (e < 0 && h < 0) return;
+  const Vector<T> p = cell_->parameters();
+  if (e >= 0 && h >= 0) {  // K = 1 or both on one cell
+    Kokkos::deep_copy(cell_->execution_space(), layer_slice(p, tied_.head), layer_slice(p, tied_.embedding));
+    compat::fence(cell_->execution_space(), "gpipe::Pipeline::share_tied_weights");
+    return;
+  }
+  const auto mine = layer_slice(p, e >= 0 ? tied_.embedding : tied_.head);
+  const auto theirs = exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
+  if (h < 0) return;  // the embedding keeps its weight; the head takes it
+  auto host = Kokkos::create_mirror_view(mine);
+  std::copy(theirs.begin(), theirs.end(), host.data());
+  Kokkos::deep_copy(mine, host);
+}
+
+template <class T>
+void Pipeline<T>::tie_gradients() {
+  const int e = local_layer(tied_.embedding), h = local_layer(tied_.head);
+  if (e < 0 && h < 0) return;
+  const Tracer::Scope tie(&tracer_, EventKind::ReduceWait, -1);
+  const Vector<T> g = cell_->gradients();
+  const ExecSpace& space = cell_->execution_space();
+  if (e >= 0 && h >= 0) {  // one matrix: both slices get dE + dW
+    add_tied<T>(space, layer_slice(g, tied_.embedding), layer_slice(g, tied_.head), true);
+    return;
+  }
+  const auto mine = layer_slice(g, e >= 0 ? tied_.embedding : tied_.head);
+  compat::fence(space, "gpipe::Pipeline::tie_gradients");
+  const auto theirs = exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
+  Kokkos::View<T*, MemSpace> peer("gpipe::Pipeline::tied_peer", theirs.size());
+  auto host = Kokkos::create_mirror_view(peer);
+  std::copy(theirs.begin(), theirs.end(), host.data());
+  Kokkos::deep_copy(space, peer, host);
+  if (e >= 0) add_tied<T>(space, mine, peer, false);
+  else add_tied<T>(space, peer, mine, false, true);
+  compat::fence(space, "gpipe::Pipeline::tie_gradients");
+}
+
+template <class T>
+void Pipeline<T>::clip_gradients() {
+  // optim/clip.hpp: per-layer squared norms, gathered over the pipeline in
+  // layer order (the replicas hold the same reduced gradients), one factor.
+  const Tracer::Scope clip(&tracer_, EventKind::Optimizer, -1);
+  const ExecSpace& space = cell_->execution_space();
+  const Vector<T> g = cell_->gradients();
+  auto squares = segment_squared_norms<T>(space, g, cell_->parameter_offsets());
+  // A tied weight is one parameter: counted once, in the embedding's layer.
+  if (tied_.tied() && local_layer(tied_.head) >= 0) squares[size_t(local_layer(tied_.head))] = 0;
+  last_gradient_norm_ = global_norm(squares, grid_.pipeline());
+  const double factor = clip_factor(last_gradient_norm_, deck_.optimizer.clip_norm);
+  if (factor < 1) scale_in_place<T>(space, g, T(factor));
 }
 
 template <class T>
@@ -453,7 +566,7 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   const double loss = from_last(total.loss), correct = from_last(double(total.correct));
   Evaluation e;
   e.loss = loss / double(data.samples);
-  e.accuracy = regression_ ? 0.0 : correct / double(data.samples);
+  e.accuracy = regression_ ? 0.0 : correct / (double(data.samples) * double(labels_per_sample_));
   if (regression_)
     e.regression = regression_metrics(from_last(total.moments), data.samples, normalization_.target_std);
   return e;
@@ -557,6 +670,7 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   device(shard.layer_state, cell_->state());
   for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
+  if (tied_.tied()) share_tied_weights();  // a checkpoint of a tied run holds W = E already
   steps_done_ = info.step;
   normalization_ = info.normalization;
   if (!info.run_id.empty()) run_id_ = info.run_id;  // the run continues

@@ -78,8 +78,8 @@ TEST(DeckErrors, UnknownLayerType) {
   EXPECT_EQ(error_of(replace(kDeck, "{type: gelu}", "{type: conv7d}")),
             "deck.yaml:6:7 (model.layers[1]): unknown layer type 'conv7d' (expected one of: "
             "avgpool1d, avgpool2d, batchnorm2d, conv1d, conv2d, dense, dropout, flatten, gelu, "
-            "global_avgpool, layer_norm, maxpool1d, maxpool2d, patch_embed, pos_embed, relu, synthetic, tanh, "
-            "token_mean, "
+            "global_avgpool, layer_norm, lm_head, maxpool1d, maxpool2d, patch_embed, pos_embed, relu, synthetic, tanh, "
+            "token_embedding, token_mean, "
             "transformer_block)");
 }
 
@@ -190,7 +190,7 @@ TEST(DeckErrors, YamlSyntax) {
 TEST(DeckErrors, UnknownKeyInSection) {
   EXPECT_EQ(error_of(replace(kDeck, "lr: 0.1", "learning_rate: 0.1")),
             "deck.yaml:19:24: unknown key 'learning_rate' in optimizer (expected one of: type, lr, "
-            "momentum, beta1, beta2, eps, weight_decay, schedule)");
+            "momentum, beta1, beta2, eps, weight_decay, schedule, warmup_steps, clip_norm)");
 }
 
 TEST(DeckErrors, UnknownSetKey) {

@@ -70,7 +70,7 @@ TEST(RegressionLoss, BadTargetsAndSpecs) {
     make_loss<double>(bad);
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "model.loss: unknown loss 'hinge' (expected softmax_cross_entropy, mse, "
+    EXPECT_STREQ(e.what(), "model.loss: unknown loss 'hinge' (expected softmax_cross_entropy, token_cross_entropy, mse, "
                            "mae or huber)");
   }
   LossSpec huber;
@@ -169,7 +169,7 @@ TEST(RegressionDeck, LossKeysAndErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error("hinge"), "deck.yaml:4:9: model.loss: expected softmax_cross_entropy, mse, mae or "
+  EXPECT_EQ(error("hinge"), "deck.yaml:4:9: model.loss: expected softmax_cross_entropy, token_cross_entropy, mse, mae or "
                             "huber, got 'hinge'");
   EXPECT_EQ(error("mse\n  huber_delta: 2"),
             "deck.yaml:5:16: model.huber_delta: only the huber loss has a delta (model.loss is mse)");

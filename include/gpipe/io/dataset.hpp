@@ -19,6 +19,11 @@ struct Dataset {
   std::vector<std::int32_t> labels;  ///< (samples); empty for regression data
   std::int64_t outputs = 0;          ///< regression: targets per sample (0: classification)
   std::vector<float> targets;        ///< (samples, outputs), row-major; empty for classification
+  /// Labels per sample: 1 for classification; T for token data, where labels
+  /// is (samples, T) row-major, the next token id of each input token.
+  std::int64_t labels_per_sample = 1;
+  /// Token data: the vocabulary, character (byte) of each id; empty otherwise.
+  std::string vocabulary;
 };
 
 /// The normalization a trained model expects, stored in its checkpoints
@@ -47,9 +52,11 @@ struct Normalization {
 
 /// The deck's `data` section.
 struct DataSpec {
-  std::string format = "idx";             ///< idx | hdf5
+  std::string format = "idx";             ///< idx | hdf5 | tokens
   std::string train_images, train_labels, test_images, test_labels;  ///< idx files
-  std::string train_file, test_file;      ///< hdf5 files
+  std::string train_file, test_file;      ///< hdf5 and tokens files
+  std::string tokens_dataset = "tokens";  ///< tokens: (N) integer token ids, a text in order
+  std::int64_t sequence_length = 0;       ///< tokens: T, the ids per sample (= model.input)
   std::string inputs_dataset = "inputs";  ///< hdf5: (N, features) floating point
   std::string labels_dataset = "labels";  ///< hdf5: (N) integers (classification)
   std::string targets_dataset = "targets";  ///< hdf5: (N, outputs) or (N) floating point (regression)
@@ -75,6 +82,26 @@ std::pair<Dataset, Dataset> load_train_test(const DataSpec& spec, bool with_inpu
 /// or different sample counts.
 Dataset load_hdf5_dataset(const std::string& file, const std::string& inputs,
                           const std::string& labels, std::int64_t limit, bool with_inputs = true);
+
+/// Reads a token stream, the 1-D integer dataset `tokens` (N ids in text
+/// order) of an HDF5 file, as non-overlapping sequences of T =
+/// sequence_length ids: sample s has inputs ids[s*T .. s*T + T) (as float,
+/// one id per column) and labels ids[s*T + 1 .. s*T + T] (the next id of each:
+/// the inputs shifted by one), so samples = (N - 1) / T and every id is an
+/// input once per epoch (a tail of fewer than T + 1 ids is dropped). Keeps
+/// the first `limit` sequences (0 = all). Reads the dataset `vocabulary`
+/// (V bytes, the character of each id) when present. Throws InputError
+/// naming the file and dataset for a missing file or dataset, a rank other
+/// than 1, a non-integer type, fewer than T + 1 ids, or an id outside
+/// [0, V) (naming its position and value).
+Dataset load_hdf5_tokens(const std::string& file, const std::string& tokens,
+                         std::int64_t sequence_length, std::int64_t limit, bool with_inputs = true);
+
+/// The vocabulary of a token file (its dataset `vocabulary`: V bytes, the
+/// character of each id), e.g. for gpipe-infer --generate. Throws
+/// InputError naming the file when it is missing, not HDF5, or has no
+/// vocabulary.
+std::string load_token_vocabulary(const std::string& file);
 
 /// Reads regression samples from an HDF5 file: `inputs` (N, features) and
 /// `targets` (N, outputs) or (N), any floating-point types, read as float;

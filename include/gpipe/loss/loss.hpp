@@ -30,24 +30,29 @@ struct LossSums {
 /// What the loss compares the outputs with: class labels (n) for
 /// softmax_cross_entropy, or float targets (n, outputs) row-major for the
 /// regression losses. The other member is empty.
+/// For token_cross_entropy, labels holds per_row labels per row (the next
+/// token id of each of the row's T tokens), row-major: (n * per_row).
 template <class T>
 struct Targets {
   ConstLabelVector labels;
   ConstMatrix<T> values;
+  std::int64_t per_row = 1;  ///< labels per row (T for token_cross_entropy)
 
   Targets() = default;
-  Targets(ConstLabelVector l) : labels(std::move(l)) {}  // NOLINT: implicit on purpose
+  Targets(ConstLabelVector l, std::int64_t per = 1)  // NOLINT: implicit on purpose
+      : labels(std::move(l)), per_row(per) {}
   Targets(ConstMatrix<T> v) : values(std::move(v)) {}    // NOLINT: implicit on purpose
   /// Rows held (labels or target rows).
   std::int64_t size() const {
-    return values.extent(0) > 0 ? std::int64_t(values.extent(0)) : std::int64_t(labels.extent(0));
+    return values.extent(0) > 0 ? std::int64_t(values.extent(0)) : std::int64_t(labels.extent(0)) / per_row;
   }
   /// Rows [offset, offset + count) (no copy); an empty member stays empty.
   Targets rows(std::int64_t offset, std::int64_t count) const {
     Targets out;
-    const auto range = std::make_pair(offset, offset + count);
+    out.per_row = per_row;
+    const auto range = std::make_pair(offset * per_row, (offset + count) * per_row);
     if (labels.extent(0) > 0) out.labels = Kokkos::subview(labels, range);
-    if (values.extent(0) > 0) out.values = Kokkos::subview(values, range, Kokkos::ALL);
+    if (values.extent(0) > 0) out.values = Kokkos::subview(values, std::make_pair(offset, offset + count), Kokkos::ALL);
     return out;
   }
 };
@@ -77,7 +82,7 @@ class Loss {
   ExecSpace space_{};
 };
 
-/// The loss `spec` names (softmax_cross_entropy, mse, mae, huber).
+/// The loss `spec` names (softmax_cross_entropy, token_cross_entropy, mse, mae, huber).
 /// Throws InputError for an unknown type or a non-positive Huber delta.
 template <class T>
 std::unique_ptr<Loss<T>> make_loss(const LossSpec& spec);

@@ -14,11 +14,15 @@ namespace gpipe {
 
 /// The loss the last cell applies (deck `model.loss`, `model.huber_delta`).
 struct LossSpec {
-  /// softmax_cross_entropy (integer labels) | mse | mae | huber (float targets)
+  /// softmax_cross_entropy (integer labels) | token_cross_entropy (an integer
+  /// label per token: the last layer outputs [T, V], V logits for each of T
+  /// tokens) | mse | mae | huber (float targets)
   std::string type = "softmax_cross_entropy";
   double huber_delta = 1.0;  ///< huber: quadratic for |e| <= delta, linear beyond
   /// True for the losses that read float targets.
-  bool regression() const { return type != "softmax_cross_entropy"; }
+  bool regression() const { return type != "softmax_cross_entropy" && type != "token_cross_entropy"; }
+  /// True for the per-token loss of a language model (loss/token_cross_entropy.hpp).
+  bool tokens() const { return type == "token_cross_entropy"; }
 };
 
 /// The model: per-sample input shape, then layers in order (a Sequential model).
@@ -36,8 +40,14 @@ struct ModelSpec {
   Shape input_shape() const;
   /// Output features of each layer (size L); throws as model_shapes().
   std::vector<std::int64_t> output_features() const;
-  /// Outputs of the last layer: class logits, or regression outputs.
+  /// Outputs of the last layer: class logits, or regression outputs (T x V
+  /// logits for token_cross_entropy).
   std::int64_t classes() const { return output_features().back(); }
+  /// Integer labels per sample the loss reads: T, the tokens of the last
+  /// layer's [T, V] output, for token_cross_entropy; else 1 (0: regression).
+  std::int64_t labels_per_sample() const;
+  /// token_cross_entropy: V, the logits per token; else classes().
+  std::int64_t vocabulary() const;
 };
 
 /// Layer `index` of a model as the shape pass sees it.

@@ -22,6 +22,13 @@ struct OptimizerSpec {
   double eps = 1e-8;          ///< adam/adamw: denominator epsilon
   double weight_decay = 0;    ///< sgd/adam: L2 term added to the gradient; adamw: decoupled
   std::string schedule = "constant";  ///< constant | cosine (to 0 over the run's steps)
+  /// Linear warm-up: step s < warmup_steps runs at lr (s + 1) / warmup_steps;
+  /// the schedule then runs over the remaining steps (0: none).
+  std::int64_t warmup_steps = 0;
+  /// Gradient clipping by global norm (optim/clip.hpp): before every update
+  /// the gradients are scaled by clip_norm / ||g|| when the L2 norm ||g||
+  /// over the whole model exceeds clip_norm (0: off).
+  double clip_norm = 0;
 };
 
 /// The optimizer type names, for help texts and error messages.
@@ -82,7 +89,12 @@ class Adam final : public Optimizer<T> {
 template <class T>
 std::unique_ptr<Optimizer<T>> make_optimizer(const OptimizerSpec& spec, std::int64_t size);
 
-/// Learning rate at `step` (0-based) of `total_steps` under spec.schedule.
+/// Learning rate at `step` (0-based) of `total_steps` under spec.schedule,
+/// after spec.warmup_steps of linear warm-up: lr (step + 1) / warmup_steps
+/// for step < warmup_steps (so the first step's rate is not 0); then
+/// constant lr, or cosine lr (1 + cos(pi (step - w) / (total_steps - w))) / 2
+/// with w = warmup_steps (total_steps <= w: lr). total_steps = 0: unknown
+/// (cosine then gives lr; Pipeline refuses that before a step).
 double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps);
 
 }  // namespace gpipe

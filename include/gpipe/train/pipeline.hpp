@@ -14,6 +14,7 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/layers/tied.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/parallel/gradient_reducer.hpp"
 #include "gpipe/parallel/grid.hpp"
@@ -26,7 +27,7 @@ namespace gpipe {
 
 struct Evaluation {
   double loss = 0;      ///< mean loss per sample (in the units the model trains in)
-  double accuracy = 0;  ///< classification: fraction of correct predictions
+  double accuracy = 0;  ///< classification: fraction of correct predictions (of tokens, token_cross_entropy)
   /// Regression losses: RMSE, MAE, R^2 per output and overall, in the
   /// data's units (target normalization undone); empty for classification.
   RegressionMetrics regression;
@@ -93,7 +94,8 @@ class Pipeline {
                 std::int64_t n);
 
   /// One step on caller arrays: inputs (n, input features) row-major float32
-  /// and labels (n), host memory, already normalized. Collective. Throws
+  /// and labels (n) (for token_cross_entropy (n, T) row-major: the next token
+  /// id of each input token), host memory, already normalized. Collective. Throws
   /// InputError for a regression loss (pass float targets).
   LossSums step(const float* inputs, const std::int32_t* labels, std::int64_t n);
   /// One step with float targets (n, outputs) row-major (regression losses:
@@ -161,6 +163,9 @@ class Pipeline {
   std::int64_t skipped_steps() const { return skipped_steps_; }
   /// False if the last step's loss or a gradient was not finite on some rank.
   bool last_step_finite() const { return last_step_finite_; }
+  /// The global L2 norm of the last step's gradients before clipping
+  /// (optimizer.clip_norm > 0; 0 until a step clips). The same on every rank.
+  double last_gradient_norm() const { return last_gradient_norm_; }
   /// False if the last step's update was skipped (nonfinite: skip_step).
   bool last_step_applied() const { return last_step_applied_; }
   /// This run's identity: new per Pipeline (drawn on rank 0), or that of the
@@ -252,6 +257,21 @@ class Pipeline {
   // Global index of the first layer of this cell with a non-finite value in
   // `values` (laid out as the cell's parameters), or -1.
   int first_nonfinite_layer(const Vector<T>& values) const;
+  // Tied embeddings (layers/tied.hpp): the index of global `layer` among this
+  // cell's layers (-1: another cell's), the cell holding it, its slice of a
+  // flat buffer of this cell, and the swap of such slices with the other
+  // tied cell. share_tied_weights copies E into the head's W (collective
+  // over the two cells); tie_gradients gives both dE + dW before the update.
+  int local_layer(int layer) const;
+  int cell_of(int layer) const;
+  Kokkos::View<T*, MemSpace> layer_slice(const Vector<T>& values, int layer) const;
+  std::vector<T> exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) const;
+  void share_tied_weights();
+  void tie_gradients();
+  static constexpr int kTieTag = 0x7e1;
+  // optimizer.clip_norm: scales this cell's gradients by the factor of the
+  // model's global gradient norm (optim/clip.hpp). Collective over the pipeline.
+  void clip_gradients();
   // "layer 3 (dense) in cell 1"
   std::string where_layer(int layer) const;
 
@@ -272,6 +292,9 @@ class Pipeline {
   typename Matrix<T>::host_mirror_type batch_targets_host_;
   bool regression_ = false;
   std::int64_t outputs_ = 0;
+  std::int64_t labels_per_sample_ = 1;  // T for token_cross_entropy
+  double last_gradient_norm_ = 0;
+  TiedLayers tied_;
   NormalizationStats normalization_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
