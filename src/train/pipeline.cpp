@@ -318,7 +318,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   ++steps_done_;
   sums = sum_over_replicas(sums);
 #ifndef NDEBUG
-  if (D > 1)
+  if (shape_.replicas > 1)
     require(replicas_identical(),
             fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
 #endif
