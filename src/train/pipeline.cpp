@@ -28,6 +28,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
+  check_message_tags(comm_.get(), M);  // the same on every rank: before any collective
   const std::int64_t shard = largest_shard(deck, D);
   const std::int64_t micro = largest_micro_batch(deck, D);
   // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
@@ -94,7 +95,9 @@ void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
     long long size = (long long)v->size();
     MPI_Bcast(&size, 1, MPI_LONG_LONG, shape_.rank_of(0, 0), comm_.get());
     v->resize(size_t(size));
-    if (size > 0) MPI_Bcast(v->data(), int(size), MPI_DOUBLE, shape_.rank_of(0, 0), comm_.get());
+    if (size > 0)
+      MPI_Bcast(v->data(), mpi_count(size, "the input normalization"), MPI_DOUBLE, shape_.rank_of(0, 0),
+                comm_.get());
   }
   s.target_mean = from_last(s.target_mean);
   s.target_std = from_last(s.target_std);
@@ -107,7 +110,7 @@ std::vector<double> Pipeline<T>::from_last(std::vector<double> values) const {
   long long size = (long long)values.size();
   MPI_Bcast(&size, 1, MPI_LONG_LONG, root, comm_.get());
   values.resize(size_t(size));
-  if (size > 0) MPI_Bcast(values.data(), int(size), MPI_DOUBLE, root, comm_.get());
+  if (size > 0) MPI_Bcast(values.data(), mpi_count(size, "from_last"), MPI_DOUBLE, root, comm_.get());
   return values;
 }
 
@@ -388,20 +391,21 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
   if (cell_->is_last()) {
     auto h = Kokkos::create_mirror_view(logits);
-    Kokkos::deep_copy(h, logits);
+    Kokkos::deep_copy(cell_->execution_space(), h, logits);
+    compat::fence(cell_->execution_space(), "gpipe::Pipeline::predict");
     std::copy(h.data(), h.data() + h.span(), out.begin() + shard.offset * classes);
     if (shape_.replicas > 1) {  // every replica's shard, in replica order
       std::vector<int> counts, displs;
       for (int r = 0; r < shape_.replicas; ++r) {
         const MicroBatch s = shard_of(n, shape_.replicas, r);
-        counts.push_back(int(s.size * classes));
-        displs.push_back(int(s.offset * classes));
+        counts.push_back(mpi_count(s.size * classes, "predict: a replica's outputs"));
+        displs.push_back(mpi_count(s.offset * classes, "predict: the outputs before a replica's"));
       }
       MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), out.data(), counts.data(), displs.data(),
                      mpi_type<T>(), grid_.replica_group());
     }
   }
-  MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
+  MPI_Bcast(out.data(), mpi_count(std::int64_t(out.size()), "predict: the outputs"), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
   const auto& z = normalization_;
   if (regression_ && std::int64_t(z.target_mean.size()) == classes)
     for (std::int64_t i = 0; i < n; ++i)
