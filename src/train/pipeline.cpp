@@ -46,6 +46,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  optimizer_->set_execution_space(options.space);
   run_id_ = new_run_id(comm_.get());
   MPI_Barrier(comm_.get());
   tracer_ = Tracer(Tracer::steady_ns());
@@ -185,18 +186,20 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
       else
         for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(x[j]);
     }
-    Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_inputs_, batch_inputs_host_);
   }
   if (cell_->is_last() && labels && !regression_) {
     for (std::int64_t i = 0; i < shard.size; ++i) batch_labels_host_(i) = labels[row(i)];
-    Kokkos::deep_copy(batch_labels_, batch_labels_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_labels_, batch_labels_host_);
   }
   if (cell_->is_last() && targets && regression_) {
     const auto p = outputs_;
     for (std::int64_t i = 0; i < shard.size; ++i)
       for (std::int64_t j = 0; j < p; ++j) batch_targets_host_(i, j) = T(targets[row(i) * p + j]);
-    Kokkos::deep_copy(batch_targets_, batch_targets_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_targets_, batch_targets_host_);
   }
+  // The host buffers are refilled by the next call: the copies must be done.
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::stage_batch");
   return shard;
 }
 
@@ -330,7 +333,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 
 template <class T>
 int Pipeline<T>::first_nonfinite_layer(const Vector<T>& values) const {
-  const std::int64_t at = first_nonfinite(values);
+  const std::int64_t at = first_nonfinite(values, cell_->execution_space());
   if (at < 0) return -1;
   std::int64_t offset = 0;
   const auto& layers = cell_->layers();
@@ -485,9 +488,11 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());
-  auto host = [](const Vector<T>& v) {
+  const ExecSpace space = cell_->execution_space();
+  auto host = [&space](const Vector<T>& v) {
     auto h = Kokkos::create_mirror_view(v);
-    Kokkos::deep_copy(h, v);
+    Kokkos::deep_copy(space, h, v);
+    compat::fence(space, "gpipe::Pipeline::checkpoint_shard");
     return std::vector<T>(h.data(), h.data() + h.extent(0));
   };
   shard.parameters = host(cell_->parameters());
@@ -549,10 +554,12 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
     }
     agree(error, path);
   }
-  auto device = [](const std::vector<T>& from, const Vector<T>& to) {
+  const ExecSpace space = cell_->execution_space();
+  auto device = [&space](const std::vector<T>& from, const Vector<T>& to) {
     auto h = Kokkos::create_mirror_view(to);
     std::copy(from.begin(), from.end(), h.data());
-    Kokkos::deep_copy(to, h);
+    Kokkos::deep_copy(space, to, h);
+    compat::fence(space, "gpipe::Pipeline::load_checkpoint");  // h is freed on return
   };
   device(shard.parameters, cell_->parameters());
   device(shard.layer_state, cell_->state());
@@ -577,7 +584,8 @@ std::vector<T> Pipeline<T>::gather_parameters() const {
   const int K = shape_.cells;
   const MPI_Comm pipe = grid_.pipeline();
   auto host = Kokkos::create_mirror_view(cell_->parameters());
-  Kokkos::deep_copy(host, cell_->parameters());
+  Kokkos::deep_copy(cell_->execution_space(), host, cell_->parameters());
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::gather_parameters");
   int local = int(host.extent(0));
   std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
   MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, pipe);
@@ -603,9 +611,11 @@ template <class T>
 std::uint64_t Pipeline<T>::checksum() const {
   // FNV-1a over the bytes of the parameters and the optimizer state.
   std::uint64_t h = 1469598103934665603ull;
-  auto add = [&h](const Vector<T>& v) {
+  const ExecSpace space = cell_->execution_space();
+  auto add = [&h, &space](const Vector<T>& v) {
     auto m = Kokkos::create_mirror_view(v);
-    Kokkos::deep_copy(m, v);
+    Kokkos::deep_copy(space, m, v);
+    compat::fence(space, "gpipe::Pipeline::checksum");
     const auto* bytes = reinterpret_cast<const unsigned char*>(m.data());
     for (std::size_t i = 0; i < m.span() * sizeof(T); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   };
