@@ -124,6 +124,7 @@ std::int64_t Pipeline<T>::steps_per_epoch(std::int64_t samples) const {
 
 template <class T>
 double Pipeline<T>::next_learning_rate() const {
+  if (total_samples_ > 0) return learning_rate(deck_.optimizer, samples_done(), total_samples_);
   if (deck_.optimizer.schedule == "cosine" && total_steps_ <= 0)
     throw InputError(
         "optimizer.schedule: cosine decays over the run's total step count, which is not set: "
@@ -303,6 +304,7 @@ LossSums Pipeline<T>::step(const float* inputs, const float* targets, std::int64
 template <class T>
 LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   const double lr = next_learning_rate();
+  last_learning_rate_ = lr;
   const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
   {

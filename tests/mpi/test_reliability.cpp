@@ -1,6 +1,8 @@
 // Issue 25's failure classes that need a pipeline (ctest runs this at 1-4
 // ranks): an I/O failure during a checkpoint write (a file-size limit, a full
-// file system), a seed stored as given.
+// file system), a seed stored as given, learning-rate schedules continued by
+// training progress across another batch size and layout, and the last
+// partial batch that a layout cannot train, said and counted.
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -197,6 +199,81 @@ TEST(CheckpointValues, SeedStoredAsGiven) {
   const std::string path = checkpoint_path(dir, 0, t.run_id());
   t.save_checkpoint(path);
   EXPECT_EQ(read_checkpoint_info(path).seed, 18446744073709551615ull);
+}
+
+// Class 2: the schedule is a function of the samples trained, so a restart
+// with another batch size continues the curve (the reported instance: a
+// cosine run restarted at a third of its first epoch with batch size 15 -> 5).
+TEST(Schedule, CosineContinuesAcrossAnotherBatchSize) {
+  const std::string dir = shared_dir("cosine");
+  Deck d = deck("{type: sgd, lr: 0.1, schedule: cosine}");
+  d.training.epochs = 2;
+  d.training.progress_every = 0;
+  std::string first;
+  {
+    Pipeline<double> t(d, MPI_COMM_WORLD);
+    t.set_total_steps(6);  // the first run steps itself: a horizon in steps (2 epochs of 3)
+    t.step(data(), epoch_order(data().samples, d.seed, 0, true), 0, kBatch);
+    t.set_position({0, kBatch, 0.0, kBatch});
+    first = checkpoint_path(dir, 1, t.run_id());
+    t.save_checkpoint(first);
+  }
+  Deck five = d;
+  five.training.batch_size = 5;
+  five.checkpoint.directory = dir;  // the stop's checkpoint
+  Pipeline<double> t(five, MPI_COMM_WORLD);
+  const CheckpointInfo info = t.load_checkpoint(first);
+  t.set_position(restart_position(info, first, five, data().samples));
+  Driver<double> driver(t, nullptr);
+  driver.set_stop([] { return true; });  // one step, then a checkpoint and stop
+  driver.fit(data(), data());
+  const double total = 2.0 * double(data().samples);  // 90 samples in the run
+  EXPECT_EQ(t.total_samples(), 90);
+  // The step after the restart starts at sample 15 of 90, whatever the batch size.
+  EXPECT_EQ(t.last_learning_rate(), learning_rate(five.optimizer, 15, 90));
+  EXPECT_NEAR(t.last_learning_rate(), 0.1 * 0.5 * (1 + std::cos(M_PI * 15.0 / total)), 1e-15);
+  EXPECT_EQ(t.samples_done(), 20);
+}
+
+// Classes 2, 3 and 8 together: at D = 2 a last partial batch smaller than
+// D x M is not trained (the driver says which samples and why, and the
+// counts are the trained ones), and the logged learning rate at a given
+// sample is the same as on one replica, where that batch is trained.
+TEST(PartialBatch, UntrainedTailIsSaidAndCounted) {
+  Deck d = parse_deck(test::deck_text("[{type: dense, units: 4}, {type: relu}, {type: dense, units: 3}]",
+                                      kInput, 20, 3, "double", "{}",
+                                      "{type: sgd, lr: 0.1, schedule: cosine}"),
+                      "d");
+  d.training.progress_every = 0;
+  d.parallel.cells = 1;  // D = ranks replicas of one cell
+  const int D = world_size();
+  std::ostringstream said;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(said);
+  auto saved = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  Pipeline<double> t(d, MPI_COMM_WORLD);
+  const auto reports = fit(t, data(), data(), nullptr);
+  spdlog::set_default_logger(saved);
+  // 45 samples in batches of 20: a tail of 5, trained when 5 >= D x 3.
+  const std::int64_t untrained = 5 >= D * 3 ? 0 : 5;
+  EXPECT_EQ(t.untrained_per_epoch(45), untrained);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].train_samples, 45 - untrained);
+  EXPECT_EQ(t.steps_done(), untrained ? 2 : 3);
+  if (world_rank() == 0 && untrained) {
+    EXPECT_NE(said.str().find(fmt::format(
+                  "synthetic: the last 5 of every epoch's 45 samples (positions 40-44 of the epoch's "
+                  "sample order) are not trained: a step needs at least D x M = {} samples (D = {} "
+                  "replicas x M = 3 micro-batches) and the last batch has 5; 40 samples per epoch "
+                  "are trained",
+                  3 * D, D)),
+              std::string::npos)
+        << said.str();
+  }
+  if (!untrained) EXPECT_EQ(said.str().find("not trained"), std::string::npos) << said.str();
+  // The rate of the last step taken (at sample 20 of 45 when the tail is not
+  // trained, at 40 when it is): a function of the samples, not the steps.
+  EXPECT_EQ(t.last_learning_rate(), learning_rate(d.optimizer, untrained ? 20 : 40, 45));
 }
 
 }  // namespace
