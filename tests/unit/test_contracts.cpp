@@ -25,7 +25,7 @@ TEST(Contracts, FlatNeedsAContiguousView) {
     flat(column);
     ADD_FAILURE() << "expected std::logic_error";
   } catch (const std::logic_error& e) {
-    EXPECT_STREQ(e.what(), "gpipe::flat: view 'm' is not contiguous (4 elements in a span of 10)");
+    EXPECT_STREQ(e.what(), "gpipe::flat: view 'm' is not contiguous (4 elements in a span of 12)");
   }
   const auto columns = Kokkos::subview(m, Kokkos::ALL, std::make_pair(0, 2));  // 4 x 2 of 4 x 3
   EXPECT_THROW(flat(columns), std::logic_error);
