@@ -458,7 +458,9 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
     j["link"] = {{"latency_us", deck.pipeline.link.latency_us},
                  {"bandwidth_gbps", deck.pipeline.link.bandwidth_gbps}};
   j["activation_bytes_per_cell"] = bytes;
-  j["train_samples"] = train_set.samples;
+  // The samples each epoch trains (a last batch smaller than D x M is not).
+  j["train_samples"] = train_set.samples - pipeline.untrained_per_epoch(train_set.samples);
+  j["untrained_samples_per_epoch"] = pipeline.untrained_per_epoch(train_set.samples);
   j["test_samples"] = test_set.samples;
   j["run"] = run;
   j["run_id"] = pipeline.run_id();

@@ -5,11 +5,11 @@
 namespace gpipe {
 
 template <class T>
-std::int64_t first_nonfinite(const Vector<T>& v) {
+std::int64_t first_nonfinite(const Vector<T>& v, const ExecSpace& space) {
   const auto n = std::int64_t(v.extent(0));
   std::int64_t first = n;
   Kokkos::parallel_reduce(
-      "gpipe::first_nonfinite", Kokkos::RangePolicy<ExecSpace>(0, n),
+      "gpipe::first_nonfinite", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& min) {
         const T x = v(i);
         // x - x is 0 for finite x and NaN for NaN and +-inf.
@@ -19,7 +19,7 @@ std::int64_t first_nonfinite(const Vector<T>& v) {
   return first < n ? first : -1;
 }
 
-template std::int64_t first_nonfinite<float>(const Vector<float>&);
-template std::int64_t first_nonfinite<double>(const Vector<double>&);
+template std::int64_t first_nonfinite<float>(const Vector<float>&, const ExecSpace&);
+template std::int64_t first_nonfinite<double>(const Vector<double>&, const ExecSpace&);
 
 }  // namespace gpipe

@@ -7,10 +7,13 @@
 #include <chrono>
 #include <random>
 #include <sstream>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <regex>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "gpipe/config.hpp"
@@ -56,11 +59,73 @@ std::vector<LayerLayout> layouts(const ModelSpec& model) {
   return out;
 }
 
-// Fault injection for tests: GPIPE_FAULT_KILL_DURING_CHECKPOINT=1 kills the
-// process with SIGKILL after the first layer's data is written.
-bool kill_requested() {
-  const char* v = std::getenv("GPIPE_FAULT_KILL_DURING_CHECKPOINT");
-  return v && std::string(v) == "1";
+// The bytes of every dataset of a checkpoint of `model` with `states`
+// optimizer state tensors per parameter: a lower bound of its file size.
+template <class T>
+std::uint64_t data_bytes(const std::vector<LayerLayout>& layers, std::size_t states) {
+  std::uint64_t bytes = 0;
+  for (const auto& l : layers) {
+    for (const auto& spec : l.specs) bytes += std::uint64_t(spec.size()) * (1 + states) * sizeof(T);
+    for (const auto& spec : l.state) bytes += std::uint64_t(spec.size()) * sizeof(T);
+  }
+  return bytes;
+}
+
+// Before any HDF5 call: "" if a file of at least `bytes` bytes fits, else why
+// not (this rank's file-size limit, ulimit -f; on rank 0 also the free space
+// of the directory's file system).
+std::string room_for(const std::string& tmp, std::uint64_t bytes, int rank) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < bytes)
+    return fmt::format("not written: the checkpoint needs at least {} bytes, more than rank {}'s file "
+                       "size limit of {} bytes (ulimit -f)",
+                       bytes, rank, std::uint64_t(limit.rlim_cur));
+  if (rank != 0) return "";
+  struct statvfs fsys {};
+  const fs::path dir = fs::path(tmp).parent_path().empty() ? fs::path(".") : fs::path(tmp).parent_path();
+  if (::statvfs(dir.c_str(), &fsys) == 0) {
+    const std::uint64_t free = std::uint64_t(fsys.f_bavail) * std::uint64_t(fsys.f_frsize);
+    if (free < bytes)
+      return fmt::format("not written: the checkpoint needs at least {} bytes, but the file system "
+                         "of {} has {} bytes free",
+                         bytes, dir.string(), free);
+  }
+  return "";
+}
+
+// After a failed write, before the (collective) close: HDF5 must still flush
+// its metadata and set the file's size to close it, and a failed close in
+// HDF5 1.10 leaves a dangling file that crashes at the next close or in
+// MPI_Finalize. So rank 0 frees the partial file's blocks (its data is
+// discarded anyway) and every rank lifts its soft file-size limit to the hard
+// one for the close; the limit is restored by the returned guard.
+struct CloseRoom {
+  rlimit saved{};
+  bool lifted = false;
+  CloseRoom(const std::string& tmp, int rank) {
+    if (rank == 0) {
+      const int fd = ::open(tmp.c_str(), O_WRONLY);
+      if (fd >= 0) {
+        (void)!::ftruncate(fd, 0);
+        ::close(fd);
+      }
+    }
+    if (getrlimit(RLIMIT_FSIZE, &saved) == 0 && saved.rlim_cur != saved.rlim_max) {
+      rlimit up = saved;
+      up.rlim_cur = saved.rlim_max;
+      lifted = setrlimit(RLIMIT_FSIZE, &up) == 0;
+    }
+  }
+  ~CloseRoom() {
+    if (lifted) setrlimit(RLIMIT_FSIZE, &saved);
+  }
+  CloseRoom(const CloseRoom&) = delete;
+  CloseRoom& operator=(const CloseRoom&) = delete;
+};
+
+// "tmp: why", or "" when there is no reason.
+std::string error_prefix(const std::string& tmp, const std::string& why) {
+  return why.empty() ? why : fmt::format("{}: {}", tmp, why);
 }
 
 // Agrees across ranks: every rank throws the first failing rank's error.
@@ -80,7 +145,7 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
                                  version, kCheckpointFormatVersion));
   info.step = h5::read_int_attribute(root, "step");
   info.epoch = h5::read_int_attribute(root, "epoch");
-  info.seed = std::uint64_t(h5::read_int_attribute(root, "seed"));
+  info.seed = h5::read_uint_attribute(root, "seed");
   info.precision = h5::read_string_attribute(root, "precision");
   info.optimizer = h5::read_string_attribute(root, "optimizer");
   info.optimizer_steps = h5::read_int_attribute(root, "optimizer_steps");
@@ -434,6 +499,9 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
   }
   MPI_Barrier(comm);
   const auto layers = layouts<T>(model);
+  // Room for the file, checked before HDF5 creates anything (agreed).
+  agree_on(error_prefix(tmp, room_for(tmp, data_bytes<T>(layers, shard.optimizer_state.size()), rank)),
+           comm);
   // A rank-local failure (a failed H5Dwrite, an attribute) is recorded, and the
   // rank keeps making the same collective HDF5 calls as the others, so every
   // rank reaches the agreement below; only then is the outcome acted on.
@@ -443,15 +511,15 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
   };
   {
     const h5::Handle fapl = mpio_access(comm);
-    const h5::Handle file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-    if (!file.valid()) fail("cannot create checkpoint file");
+    h5::Handle file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+    if (!file.valid()) fail(h5::with_reason("cannot create checkpoint file"));
     const hid_t root = file.get();
     if (file.valid()) {
       try {
         h5::write_attribute(root, "format_version", (long long)kCheckpointFormatVersion);
         h5::write_attribute(root, "step", (long long)info.step);
         h5::write_attribute(root, "epoch", (long long)info.epoch);
-        h5::write_attribute(root, "seed", (long long)info.seed);
+        h5::write_attribute(root, "seed", std::uint64_t(info.seed));
         h5::write_attribute(root, "precision", info.precision);
         h5::write_attribute(root, "optimizer", info.optimizer);
         h5::write_attribute(root, "optimizer_steps", (long long)info.optimizer_steps);
@@ -497,9 +565,10 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
           auto write = [&](hid_t parent, const T* data) {
             const h5::Handle d = h5::dataset(H5Dcreate2(parent, spec.name.c_str(), native_type<T>(), space.get(),
                                                         H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-            if (!d.valid()) return fail(fmt::format("creating {}/{} failed", layers[l].group, spec.name));
+            if (!d.valid())
+              return fail(h5::with_reason(fmt::format("creating {}/{} failed", layers[l].group, spec.name)));
             if (mine && error.empty() && H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-              fail(fmt::format("writing {}/{} failed", layers[l].group, spec.name));
+              fail(h5::with_reason(fmt::format("writing {}/{} failed", layers[l].group, spec.name)));
           };
           write(g.get(), mine ? shard.parameters.data() + offset : nullptr);
           for (std::size_t s = 0; s < state_groups.size(); ++s)
@@ -513,19 +582,27 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
             const h5::Handle space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
             const h5::Handle d = h5::dataset(H5Dcreate2(sg.get(), spec.name.c_str(), native_type<T>(), space.get(),
                                                         H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-            if (!d.valid()) fail(fmt::format("creating {}/state/{} failed", layers[l].group, spec.name));
+            if (!d.valid())
+              fail(h5::with_reason(fmt::format("creating {}/state/{} failed", layers[l].group, spec.name)));
             else if (mine && error.empty() &&
                      H5Dwrite(d.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                               shard.layer_state.data() + state_offset) < 0)
-              fail(fmt::format("writing {}/state/{} failed", layers[l].group, spec.name));
+              fail(h5::with_reason(fmt::format("writing {}/state/{} failed", layers[l].group, spec.name)));
             if (mine) state_offset += std::size_t(spec.size());
           }
         }
-        if (l == 0 && kill_requested()) {
-          H5Fflush(root, H5F_SCOPE_GLOBAL);
-          ::kill(::getpid(), SIGKILL);
-        }
       }
+    }
+    // Every object of the file is closed (the handles above); now the file,
+    // explicitly and collectively, its status checked.
+    if (file.valid()) {
+      const bool failed = any_rank(!error.empty(), comm);
+      std::unique_ptr<CloseRoom> room;
+      if (failed) {
+        room = std::make_unique<CloseRoom>(tmp, rank);
+        MPI_Barrier(comm);  // the partial file is emptied before any rank closes
+      }
+      if (file.close() < 0) fail(h5::with_reason("closing the checkpoint file failed"));
     }
   }  // every rank closes the file (collective) before agreeing
   const Agreement outcome = agree(error.empty() ? 0 : 1, error, comm);

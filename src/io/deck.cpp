@@ -50,6 +50,7 @@ constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 struct Domain {
   enum Kind { Integer, Number, Choice, Text, Boolean } kind = Text;
   std::int64_t min = 0, max = std::numeric_limits<std::int64_t>::max();  // Integer
+  bool unsigned64 = false;  // Integer: [0, 2^64 - 1] (seed)
   double low = 0, high = 0;           // Number: finite, in the interval below
   bool low_open = false, high_open = false, bounded_above = false;
   std::vector<std::string> choices;   // Choice
@@ -58,6 +59,7 @@ struct Domain {
   std::string describe() const {
     switch (kind) {
       case Integer:
+        if (unsigned64) return "an integer in [0, 2^64 - 1]";
         if (max == std::numeric_limits<std::int64_t>::max())
           return fmt::format("an integer >= {}", min);
         if (max == kIntMax) return fmt::format("an integer in [{}, 2^31 - 1]", min);
@@ -122,6 +124,7 @@ const std::map<std::string, Domain>& domains() {
   static const std::map<std::string, Domain> table = [] {
     std::map<std::string, Domain> t;
     t["seed"] = integer(0);
+    t["seed"].unsigned64 = true;
     t["precision"] = choice({"float", "double"});
     t["kernels"] = choice({"auto", "portable", "onednn"});
     t["data.format"] = choice({"idx", "hdf5", "tokens"});
@@ -136,7 +139,8 @@ const std::map<std::string, Domain>& domains() {
     t["data.normalize_targets"] = choice({"none", "standardize"});
     t["data.train_limit"] = integer(0);
     t["data.test_limit"] = integer(0);
-    t["training.epochs"] = integer(1);
+    // epochs x samples (the learning-rate horizon) must fit 64 bits.
+    t["training.epochs"] = integer(1, kIntMax);
     t["training.batch_size"] = integer(1, kIntMax);
     t["training.micro_batches"] = integer(1, kIntMax);
     t["training.shuffle"].kind = Domain::Boolean;
@@ -159,7 +163,7 @@ const std::map<std::string, Domain>& domains() {
     t["parallel.cells"] = integer(0, kIntMax);
     t["parallel.placement"] = choice({"replica", "pipeline"});
     t["parallel.deterministic_reduction"].kind = Domain::Boolean;
-    t["parallel.bucket_kib"] = integer(1);
+    t["parallel.bucket_kib"] = integer(1, kIntMax);  // x 1024 bytes fits 64 bits
     t["checkpoint.directory"] = text(true);
     t["checkpoint.every_steps"] = integer(0);
     t["checkpoint.every_epochs"] = integer(0);
@@ -171,19 +175,20 @@ const std::map<std::string, Domain>& domains() {
   return table;
 }
 
-// Values given with --set: their YAML marks point into the --set text, not the deck.
-thread_local std::vector<YAML::Node> overridden_nodes;
-
 // Reads typed values from one YAML map, with positions in every message.
 class Section {
  public:
-  Section(const YAML::Node& node, std::string path, std::string file)
-      : node_(node), path_(std::move(path)), file_(std::move(file)) {}
+  // `overridden`: the values given with --set (their YAML marks point into
+  // the --set text, not the deck); owned by parse_deck, outlives the section.
+  Section(const YAML::Node& node, std::string path, std::string file,
+          const std::vector<YAML::Node>* overridden)
+      : node_(node), path_(std::move(path)), file_(std::move(file)), overridden_(overridden) {}
 
   // "file:line:column" of a node, or "file (--set)" for an overridden value.
   std::string where(const YAML::Node& n) const {
-    for (const auto& o : overridden_nodes)
-      if (n.IsDefined() && o.is(n)) return file_ + " (--set)";
+    if (overridden_)
+      for (const auto& o : *overridden_)
+        if (n.IsDefined() && o.is(n)) return file_ + " (--set)";
     const auto mark = n.Mark();
     return fmt::format("{}:{}:{}", file_, mark.line + 1, mark.column + 1);
   }
@@ -289,27 +294,29 @@ class Section {
   }
   const YAML::Node& node() const { return node_; }
   const std::string& file() const { return file_; }
+  const std::vector<YAML::Node>* overridden() const { return overridden_; }
 
  private:
   YAML::Node node_;
   std::string path_;
   std::string file_;
+  const std::vector<YAML::Node>* overridden_ = nullptr;
 };
 
 Section section(const YAML::Node& root, const std::string& key, const std::string& file,
-                bool required) {
+                bool required, const std::vector<YAML::Node>* overridden) {
   const YAML::Node n = root[key];
   if (!n) {
     if (required)
       throw InputError(fmt::format("{}: missing required section '{}'", file, key));
-    return Section(YAML::Node(YAML::NodeType::Map), key, file);
+    return Section(YAML::Node(YAML::NodeType::Map), key, file, overridden);
   }
   if (!n.IsMap()) {
     const auto mark = n.Mark();
     throw InputError(fmt::format("{}:{}:{}: {}: expected a map of settings", file, mark.line + 1,
                                  mark.column + 1, key));
   }
-  Section s(n, key, file);
+  Section s(n, key, file, overridden);
   s.only(schema().at(key));
   return s;
 }
@@ -339,11 +346,22 @@ ModelSpec read_model(const Section& s) {
       if (v <= 0 || !d.IsScalar())
         throw InputError(fmt::format("{}: model.input: expected {}, got '{}'", s.where(d), expected,
                                      d.IsScalar() ? d.Scalar() : "a nested value"));
+      if (v > kIntMax)
+        throw InputError(fmt::format("{}: model.input: expected sizes in [1, 2^31 - 1], got {}",
+                                     s.where(d), v));
       model.input.dims.push_back(v);
     }
+    std::int64_t product = 1;
+    for (const auto v : model.input.dims)
+      if (__builtin_mul_overflow(product, v, &product) || product > kIntMax)
+        throw InputError(fmt::format("{}: model.input: {} values per sample, more than 2^31 - 1",
+                                     s.where(input), fmt::join(model.input.dims, " x ")));
   } else {
     const auto features = s.convert<std::int64_t>(input, "input", expected.c_str());
     positive(features > 0, s, "input", features);
+    if (features > kIntMax)
+      throw InputError(fmt::format("{}: model.input: {} features, more than 2^31 - 1", s.where(input),
+                                   features));
     model.input = Shape{features};
   }
   model.input_features = model.input.size();
@@ -498,7 +516,7 @@ PipelineSpec read_pipeline(const Section& p) {
       throw InputError(fmt::format("{}: pipeline.link: expected a map of settings (latency_us, "
                                    "bandwidth_gbps)",
                                    p.where(n)));
-    const Section link(n, "pipeline.link", p.file());
+    const Section link(n, "pipeline.link", p.file(), p.overridden());
     link.only(schema().at("pipeline.link"));
     pipeline.link.bandwidth_gbps = link.required<double>("bandwidth_gbps");
     pipeline.link.latency_us = link.value<double>("latency_us", 0.0);
@@ -548,6 +566,21 @@ YAML::Node apply_override(YAML::Node& root, const std::string& assignment) {
 
 }  // namespace
 
+void check_micro_batch_statistics(const ModelSpec& model, std::int64_t rows, const std::string& why) {
+  for (const auto& layer : model_shapes(model)) {
+    if (layer.type() != "batchnorm2d") continue;  // the one layer with batch statistics
+    const auto& in = layer.input.dims;
+    const std::int64_t pixels = in.size() == 3 ? in[1] * in[2] : 1;
+    if (rows * pixels >= 2) continue;
+    throw InputError(fmt::format(
+        "model.layers[{}] (batchnorm2d): its batch statistics are undefined for micro-batches of {} "
+        "row{} ({}): input {} gives {} value{} per channel per micro-batch, and the variance needs at "
+        "least 2 (the output would be the constant beta); use fewer micro-batches or a larger batch",
+        layer.index, rows, rows == 1 ? "" : "s", why, layer.input.str(), rows * pixels,
+        rows * pixels == 1 ? "" : "s"));
+  }
+}
+
 std::string key_domain(const std::string& key) {
   const auto d = domains().find(key);
   if (d == domains().end()) throw InputError(fmt::format("no documented domain for key '{}'", key));
@@ -583,9 +616,9 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
     throw InputError(fmt::format("{}: expected a YAML map of sections (model, data, training, "
                                  "optimizer, pipeline)",
                                  name));
-  overridden_nodes.clear();
-  for (const auto& o : overrides) overridden_nodes.push_back(apply_override(root, o));
-  Section top(root, "", name);
+  std::vector<YAML::Node> overridden;  // the --set values, for positions in messages
+  for (const auto& o : overrides) overridden.push_back(apply_override(root, o));
+  Section top(root, "", name, &overridden);
   top.only(schema().at(""));
 
   Deck deck;
@@ -595,21 +628,27 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
   deck.kernels = top.value<std::string>("kernels", "auto");
   kernels::parse_choice(deck.kernels, name + ": kernels");  // e.g. onednn in a build without it
 
-  deck.model = read_model(section(root, "model", name, true));
+  deck.model = read_model(section(root, "model", name, true, &overridden));
   if (data_required || root["data"])
-    deck.data = read_data(section(root, "data", name, true), deck.model);
-  deck.training = read_training(section(root, "training", name, true));
-  deck.optimizer = read_optimizer(section(root, "optimizer", name, false));
-  deck.pipeline = read_pipeline(section(root, "pipeline", name, false));
-  deck.parallel = read_parallel(section(root, "parallel", name, false));
+    deck.data = read_data(section(root, "data", name, true, &overridden), deck.model);
+  deck.training = read_training(section(root, "training", name, true, &overridden));
+  {
+    const auto& t = deck.training;
+    check_micro_batch_statistics(
+        deck.model, t.batch_size / t.micro_batches,
+        fmt::format("training.micro_batches = {} of a {}-sample batch", t.micro_batches, t.batch_size));
+  }
+  deck.optimizer = read_optimizer(section(root, "optimizer", name, false, &overridden));
+  deck.pipeline = read_pipeline(section(root, "pipeline", name, false, &overridden));
+  deck.parallel = read_parallel(section(root, "parallel", name, false, &overridden));
 
-  const Section c = section(root, "checkpoint", name, false);
+  const Section c = section(root, "checkpoint", name, false, &overridden);
   deck.checkpoint.directory = c.value<std::string>("directory", "");
   deck.checkpoint.every_steps = c.value<std::int64_t>("every_steps", 0);
   deck.checkpoint.every_epochs = c.value<std::int64_t>("every_epochs", 1);
   deck.checkpoint.keep = c.value<int>("keep", 2);
 
-  const Section tr = section(root, "trace", name, false);
+  const Section tr = section(root, "trace", name, false, &overridden);
   deck.trace.file = tr.value<std::string>("file", "");
   deck.trace.every = tr.value<std::int64_t>("every", 10);
 

@@ -108,7 +108,7 @@ void read_rows(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& dim
   H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   const h5::Handle memory_space = h5::dataspace(H5Screate_simple(int(count.size()), count.data(), nullptr));
   if (H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
-    throw InputError(fmt::format("{}: reading dataset '{}' failed", path, name));
+    throw InputError(h5::with_reason(fmt::format("{}: reading dataset '{}' failed", path, name)));
 }
 // Opens `inputs` (samples, features) and checks its sample count against
 // that of the `other` dataset (labels or targets); returns its dims.
@@ -137,9 +137,11 @@ h5::Handle open_data_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw InputError(fmt::format("{}: HDF5 data file not found", path));
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(fmt::format("{}: not an HDF5 file", path));
+  const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 < 0) throw InputError(h5::with_reason(fmt::format("{}: cannot open HDF5 file", path)));
+  if (is_hdf5 == 0) throw InputError(fmt::format("{}: not an HDF5 file", path));
   h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) throw InputError(fmt::format("{}: cannot open HDF5 file", path));
+  if (!file.valid()) throw InputError(h5::with_reason(fmt::format("{}: cannot open HDF5 file", path)));
   return file;
 }
 }  // namespace

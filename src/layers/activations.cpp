@@ -57,23 +57,23 @@ struct GeluOp {
 };
 
 template <class T, class Op>
-void Elementwise<T, Op>::forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
+void Elementwise<T, Op>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
   const auto xf = flat(x);
   const auto yf = flat(y);
   Kokkos::parallel_for(
-      "gpipe::Elementwise::forward", Kokkos::RangePolicy<ExecSpace>(0, xf.extent(0)),
+      "gpipe::Elementwise::forward", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, xf.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { yf(i) = Op::value(xf(i)); });
 }
 
 template <class T, class Op>
-void Elementwise<T, Op>::backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy,
+void Elementwise<T, Op>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
                                   Matrix<T> dx, SavedView<T>) {
   if (dx.extent(0) == 0) return;
   const auto xf = flat(x);
   const auto dyf = flat(dy);
   const auto dxf = flat(dx);
   Kokkos::parallel_for(
-      "gpipe::Elementwise::backward", Kokkos::RangePolicy<ExecSpace>(0, xf.extent(0)),
+      "gpipe::Elementwise::backward", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, xf.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) { dxf(i) = dyf(i) * Op::derivative(xf(i)); });
 }
 

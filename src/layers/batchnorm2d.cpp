@@ -18,12 +18,16 @@
 // (any partition) and re-materialization modes at fixed M, and across a
 // restart (the running statistics are in the checkpoint). Changing M changes
 // the model (the statistics' sample count), as in GPipe.
+// Kernels: one team per channel, its n*H*W values' sums (mean, variance,
+// the two backward sums) in the fixed lane order of core/fixed_sum.hpp, in
+// double; the element-wise parts spread over the team's threads.
 // FLOPs per element: 7 forward, 4 (parameter gradients) + 6 (input gradient) backward.
 
 #include <fmt/format.h>
 
 #include <limits>
 
+#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/layers/layer.hpp"
 
@@ -53,6 +57,7 @@ class BatchNorm2d final : public Layer<T> {
     running_var_ = Flat(values + channels_, channels_);
   }
   void initialize(std::uint64_t) override {
+    // instance: default, the four fills (Layer::initialize takes no instance: construction)
     Kokkos::deep_copy(gamma_, T(1));
     Kokkos::deep_copy(beta_, T(0));
     Kokkos::deep_copy(running_mean_, T(0));
@@ -66,72 +71,80 @@ class BatchNorm2d final : public Layer<T> {
     const bool training = ctx.training, update = ctx.training && !ctx.recompute;
     auto rm = running_mean_;
     auto rv = running_var_;
+    // One team per channel; the n*HW values' sums in the fixed lane order of
+    // core/fixed_sum.hpp (bitwise at any thread count and team size), in double.
+    RowPolicy channels(ctx.space, C, Kokkos::AUTO);
+    channels.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
     Kokkos::parallel_for(
-        "gpipe::BatchNorm2d::statistics", Kokkos::RangePolicy<ExecSpace>(0, C),
-        KOKKOS_LAMBDA(const std::int64_t c) {
+        "gpipe::BatchNorm2d::statistics", channels, KOKKOS_LAMBDA(const RowMember& team) {
+          const std::int64_t c = team.league_rank();
           if (!training) {
-            saved(2 * c) = rm(c);
-            saved(2 * c + 1) = T(1) / compat::sqrt(rv(c) + eps);
+            Kokkos::single(Kokkos::PerTeam(team), [&]() {
+              saved(2 * c) = rm(c);
+              saved(2 * c + 1) = T(1) / compat::sqrt(rv(c) + eps);
+            });
             return;
           }
-          const T count = T(n * HW);
-          T mean = T(0);
-          for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t p = 0; p < HW; ++p) mean += x(i, c * HW + p);
-          mean /= count;
-          T var = T(0);
-          for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t p = 0; p < HW; ++p) {
-              const T d = x(i, c * HW + p) - mean;
-              var += d * d;
+          const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
+          const std::int64_t count = n * HW;
+          auto value = [&](const std::int64_t k) { return double(x(k / HW, c * HW + k % HW)); };
+          const double mean = team_sum<double>(team, lanes, count, value) / double(count);
+          const double var = team_sum<double>(team, lanes, count, [&](const std::int64_t k) {
+                               const double d = value(k) - mean;
+                               return d * d;
+                             }) / double(count);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            saved(2 * c) = T(mean);
+            saved(2 * c + 1) = T(1) / compat::sqrt(T(var) + eps);
+            if (update) {
+              const double unbiased = count > 1 ? var * double(count) / double(count - 1) : var;
+              rm(c) = (T(1) - momentum) * rm(c) + momentum * T(mean);
+              rv(c) = (T(1) - momentum) * rv(c) + momentum * T(unbiased);
             }
-          var /= count;
-          saved(2 * c) = mean;
-          saved(2 * c + 1) = T(1) / compat::sqrt(var + eps);
-          if (update) {
-            const T unbiased = count > T(1) ? var * count / (count - T(1)) : var;
-            rm(c) = (T(1) - momentum) * rm(c) + momentum * mean;
-            rv(c) = (T(1) - momentum) * rv(c) + momentum * unbiased;
-          }
+          });
         });
     auto g = gamma_;
     auto b = beta_;
     Kokkos::parallel_for(
-        "gpipe::BatchNorm2d::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * HW}),
+        "gpipe::BatchNorm2d::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * HW}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
           const std::int64_t c = e / HW;
           y(i, e) = (x(i, e) - saved(2 * c)) * saved(2 * c + 1) * g(c) + b(c);
         });
   }
 
-  void backward(const PassContext&, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T> saved) override {
     const std::int64_t n = std::int64_t(x.extent(0)), C = channels_, HW = pixels_;
     auto g = gamma_;
     auto dg = gamma_grad_;
     auto db = beta_grad_;
     const bool input_gradient = dx.extent(0) > 0;
+    RowPolicy channels(ctx.space, C, Kokkos::AUTO);
+    channels.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
     Kokkos::parallel_for(
-        "gpipe::BatchNorm2d::backward", Kokkos::RangePolicy<ExecSpace>(0, C),
-        KOKKOS_LAMBDA(const std::int64_t c) {
-          const T mean = saved(2 * c), rstd = saved(2 * c + 1), count = T(n * HW);
-          T sum_dy = T(0), sum_dy_xhat = T(0);
-          for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t p = 0; p < HW; ++p) {
-              const std::int64_t e = c * HW + p;
-              sum_dy += dy(i, e);
-              sum_dy_xhat += dy(i, e) * (x(i, e) - mean) * rstd;
-            }
-          dg(c) += sum_dy_xhat;
-          db(c) += sum_dy;
+        "gpipe::BatchNorm2d::backward", channels, KOKKOS_LAMBDA(const RowMember& team) {
+          const std::int64_t c = team.league_rank(), count = n * HW;
+          const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
+          const T mean = saved(2 * c), rstd = saved(2 * c + 1);
+          auto at = [&](const std::int64_t k) { return std::int64_t(0) + c * HW + k % HW; };
+          const double sum_dy =
+              team_sum<double>(team, lanes, count, [&](const std::int64_t k) { return double(dy(k / HW, at(k))); });
+          const double sum_dy_xhat = team_sum<double>(team, lanes, count, [&](const std::int64_t k) {
+            const std::int64_t i = k / HW, e = at(k);
+            return double(dy(i, e)) * double((x(i, e) - mean) * rstd);
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() {
+            dg(c) += T(sum_dy_xhat);
+            db(c) += T(sum_dy);
+          });
           if (!input_gradient) return;
           // dx = gamma rstd (dy - mean(dy) - xhat mean(dy xhat))
-          const T scale = g(c) * rstd, m1 = sum_dy / count, m2 = sum_dy_xhat / count;
-          for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t p = 0; p < HW; ++p) {
-              const std::int64_t e = c * HW + p;
-              dx(i, e) = scale * (dy(i, e) - m1 - (x(i, e) - mean) * rstd * m2);
-            }
+          const T scale = g(c) * rstd, m1 = T(sum_dy / double(count)), m2 = T(sum_dy_xhat / double(count));
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, count), [&](const std::int64_t k) {
+            const std::int64_t i = k / HW, e = at(k);
+            dx(i, e) = scale * (dy(i, e) - m1 - (x(i, e) - mean) * rstd * m2);
+          });
         });
   }
 

@@ -18,7 +18,7 @@ void apply_mask(const PassContext& ctx, std::int64_t layer, double rate, ConstMa
   const std::int64_t offset = ctx.sample_offset;
   const T scale = T(1.0 / (1.0 - rate));
   Kokkos::parallel_for(
-      label, RowPolicy(n, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+      label, RowPolicy(ctx.space, n, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
         const std::int64_t i = team.league_rank();
         // One key per sample, then one SplitMix64 step per column.
         const std::uint64_t row = rng::mix64(key ^ rng::mix64(std::uint64_t(offset + i)));

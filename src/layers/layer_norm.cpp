@@ -26,6 +26,7 @@ template <class T>
 void LayerNorm<T>::initialize(std::uint64_t) {
   auto g = gamma_;
   auto b = beta_;
+  // instance: default (Layer::initialize takes no instance: construction, before any step)
   Kokkos::parallel_for(
       "gpipe::LayerNorm::initialize", Kokkos::RangePolicy<ExecSpace>(0, this->in_features()),
       KOKKOS_LAMBDA(const std::int64_t j) {

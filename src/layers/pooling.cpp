@@ -40,13 +40,13 @@ class Pool2d final : public Layer<T> {
   explicit Pool2d(const LayerShape& shape)
       : Layer<T>(shape), g_(window(shape.spec.as<PoolConfig>(), shape.input)) {}
 
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
     const std::int64_t n = std::int64_t(x.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
     const std::int64_t OH = g_.out_h(), OW = g_.out_w(), KH = g_.kernel_h, KW = g_.kernel_w;
     const std::int64_t SH = g_.stride_h, SW = g_.stride_w;
     Kokkos::parallel_for(
         Max ? "gpipe::MaxPool2d::forward" : "gpipe::AvgPool2d::forward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * OH * OW}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * OH * OW}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t o) {
           const std::int64_t c = o / (OH * OW), oh = (o / OW) % OH, ow = o % OW;
           const std::int64_t base = (c * H + oh * SH) * W + ow * SW;
@@ -72,7 +72,7 @@ class Pool2d final : public Layer<T> {
         });
   }
 
-  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T> saved) override {
     if (dx.extent(0) == 0) return;
     const std::int64_t n = std::int64_t(dx.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
@@ -82,7 +82,7 @@ class Pool2d final : public Layer<T> {
       const std::int64_t per = OH * OW;
       const bool disjoint = SH >= KH && SW >= KW;  // each input is the maximum of at most one window
       Kokkos::parallel_for(
-          "gpipe::MaxPool2d::backward", RowPolicy(n * C, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
+          "gpipe::MaxPool2d::backward", RowPolicy(ctx.space, n * C, Kokkos::AUTO), KOKKOS_LAMBDA(const RowMember& team) {
             const std::int64_t i = team.league_rank() / C, c = team.league_rank() % C;
             T* out = &dx(i, c * H * W);
             const T* grad = &dy(i, c * per);
@@ -103,7 +103,7 @@ class Pool2d final : public Layer<T> {
     }
     Kokkos::parallel_for(
         "gpipe::AvgPool2d::backward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * H * W}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * H * W}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
           const std::int64_t c = e / (H * W), h = (e / W) % H, w = e % W;
           T sum = T(0);
@@ -134,11 +134,11 @@ class GlobalAvgPool final : public Layer<T> {
  public:
   explicit GlobalAvgPool(const LayerShape& shape) : Layer<T>(shape) {}
 
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     const std::int64_t n = std::int64_t(x.extent(0)), C = this->input_shape()[0];
     const std::int64_t HW = this->in_features() / C;
     Kokkos::parallel_for(
-        "gpipe::GlobalAvgPool::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C}),
+        "gpipe::GlobalAvgPool::forward", Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t c) {
           T sum = T(0);
           for (std::int64_t p = 0; p < HW; ++p) sum += x(i, c * HW + p);
@@ -146,14 +146,14 @@ class GlobalAvgPool final : public Layer<T> {
         });
   }
 
-  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
     if (dx.extent(0) == 0) return;
     const std::int64_t n = std::int64_t(dx.extent(0)), C = this->input_shape()[0];
     const std::int64_t HW = this->in_features() / C;
     Kokkos::parallel_for(
         "gpipe::GlobalAvgPool::backward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, C * HW}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * HW}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { dx(i, e) = dy(i, e / HW) / T(HW); });
   }
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <map>
 
@@ -87,6 +89,10 @@ std::int64_t LayerKeys::integer(const std::string& key, std::int64_t fallback, s
   if (!n) return fallback;
   const auto v = impl_->as<std::int64_t>(n, key, expected);
   if (v < min) fail(key, fmt::format("expected {}, got {}", expected, v));
+  // Every layer size is an int-sized count (issue 25: no overflow in the
+  // shape pass's products of sizes).
+  if (v > std::int64_t(std::numeric_limits<int>::max()))
+    fail(key, fmt::format("expected {} (at most 2^31 - 1), got {}", expected, v));
   return v;
 }
 

@@ -7,13 +7,18 @@
 namespace gpipe {
 
 template <class T>
+void SoftmaxCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t) {
+  if (std::int64_t(row_loss_.extent(0)) < rows) {
+    row_loss_ = decltype(row_loss_)("gpipe::SoftmaxCrossEntropy::row_loss", rows);
+    row_hit_ = decltype(row_hit_)("gpipe::SoftmaxCrossEntropy::row_hit", rows);
+  }
+}
+
+template <class T>
 LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale,
                                           Matrix<T> dlogits) {
   const std::int64_t n = std::int64_t(logits.extent(0)), c = std::int64_t(logits.extent(1));
-  if (std::int64_t(row_loss_.extent(0)) < n) {
-    row_loss_ = decltype(row_loss_)("gpipe::SoftmaxCrossEntropy::row_loss", n);
-    row_hit_ = decltype(row_hit_)("gpipe::SoftmaxCrossEntropy::row_hit", n);
-  }
+  reserve(n, c);
   auto row_loss = row_loss_;
   auto row_hit = row_hit_;
   const bool with_gradient = dlogits.extent(0) > 0;

@@ -108,6 +108,7 @@ class PosEmbed final : public Layer<T> {
   void initialize(std::uint64_t seed) override {
     const std::uint64_t layer = std::uint64_t(this->index());
     auto w = weight_;
+    // instance: default (Layer::initialize takes no instance: construction, before any step)
     Kokkos::parallel_for(
         "gpipe::PosEmbed::initialize", Kokkos::RangePolicy<ExecSpace>(0, this->in_features()),
         KOKKOS_LAMBDA(const std::int64_t e) {
@@ -116,11 +117,11 @@ class PosEmbed final : public Layer<T> {
         });
   }
 
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     auto w = weight_;
     Kokkos::parallel_for(
         "gpipe::PosEmbed::forward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {std::int64_t(x.extent(0)), this->in_features()}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {std::int64_t(x.extent(0)), this->in_features()}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { y(i, e) = x(i, e) + w(e); });
   }
 
@@ -129,7 +130,7 @@ class PosEmbed final : public Layer<T> {
     const std::int64_t n = std::int64_t(dy.extent(0));
     auto dw = weight_grad_;
     Kokkos::parallel_for(
-        "gpipe::PosEmbed::backward_weight", Kokkos::RangePolicy<ExecSpace>(0, this->in_features()),
+        "gpipe::PosEmbed::backward_weight", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, this->in_features()),
         KOKKOS_LAMBDA(const std::int64_t e) {
           T sum = T(0);
           for (std::int64_t i = 0; i < n; ++i) sum += dy(i, e);
@@ -148,11 +149,11 @@ class TokenMean final : public Layer<T> {
  public:
   explicit TokenMean(const LayerShape& shape) : Layer<T>(shape) {}
 
-  void forward(const PassContext&, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
+  void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) override {
     const std::int64_t tokens = this->input_shape()[0], d = this->input_shape()[1];
     Kokkos::parallel_for(
         "gpipe::TokenMean::forward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {std::int64_t(x.extent(0)), d}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {std::int64_t(x.extent(0)), d}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
           T sum = T(0);
           for (std::int64_t t = 0; t < tokens; ++t) sum += x(i, t * d + j);
@@ -160,13 +161,13 @@ class TokenMean final : public Layer<T> {
         });
   }
 
-  void backward(const PassContext&, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
+  void backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T>) override {
     if (dx.extent(0) == 0) return;
     const std::int64_t tokens = this->input_shape()[0], d = this->input_shape()[1];
     Kokkos::parallel_for(
         "gpipe::TokenMean::backward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {std::int64_t(dx.extent(0)), tokens * d}),
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {std::int64_t(dx.extent(0)), tokens * d}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { dx(i, e) = dy(i, e % d) / T(tokens); });
   }
 };

@@ -9,6 +9,16 @@
 namespace gpipe {
 
 template <class T>
+void RegressionLoss<T>::reserve(std::int64_t rows, std::int64_t outputs) {
+  if (std::int64_t(row_loss_.extent(0)) < rows)
+    row_loss_ = decltype(row_loss_)("gpipe::RegressionLoss::row_loss", rows);
+  if (std::int64_t(moments_.extent(0)) != 4 * outputs + 1) {  // 4 per output, then the loss sum
+    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", 4 * outputs + 1);
+    moments_host_ = Kokkos::create_mirror_view(moments_);
+  }
+}
+
+template <class T>
 LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
                                      Matrix<T> doutputs) {
   const std::int64_t n = std::int64_t(outputs.extent(0)), p = std::int64_t(outputs.extent(1));
@@ -17,10 +27,7 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
     throw PipelineError(fmt::format("regression loss: targets are {}x{}, expected {}x{} (float "
                                     "targets, one column per model output)",
                                     y.extent(0), y.extent(1), n, p));
-  if (std::int64_t(row_loss_.extent(0)) < n)
-    row_loss_ = decltype(row_loss_)("gpipe::RegressionLoss::row_loss", n);
-  if (std::int64_t(moments_.extent(0)) != 4 * p + 1)  // 4 per output, then the loss sum
-    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", 4 * p + 1);
+  reserve(n, p);
   auto row_loss = row_loss_;
   auto moments = moments_;
   const bool with_gradient = doutputs.extent(0) > 0;
@@ -80,7 +87,7 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
         const double loss = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_loss(i); });
         Kokkos::single(Kokkos::PerTeam(team), [&]() { moments(4 * p) = loss; });
       });
-  auto host = Kokkos::create_mirror_view(moments);
+  auto host = moments_host_;
   Kokkos::deep_copy(space, host, moments);
   compat::fence(space, "gpipe::RegressionLoss::sums");
   LossSums sums;

@@ -23,7 +23,7 @@ void Sgd<T>::step(Vector<T> p, ConstVector<T> g, double lr) {
   auto v = v_;
   const T mu = T(spec_.momentum), wd = T(spec_.weight_decay), rate = T(lr);
   Kokkos::parallel_for(
-      "gpipe::Sgd::step", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)),
+      "gpipe::Sgd::step", Kokkos::RangePolicy<ExecSpace>(this->space_, 0, p.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         v(i) = mu * v(i) + g(i) + wd * p(i);
         p(i) -= rate * v(i);
@@ -47,7 +47,7 @@ void Adam<T>::step(Vector<T> p, ConstVector<T> g, double lr) {
   auto m = m_;
   auto v = v_;
   Kokkos::parallel_for(
-      "gpipe::Adam::step", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)),
+      "gpipe::Adam::step", Kokkos::RangePolicy<ExecSpace>(this->space_, 0, p.extent(0)),
       // One flat range over the contiguous buffers, no per-element branch
       // (Adam and AdamW differ only in l2 and decay, one of them 0), the
       // bias corrections c1, c2 computed once: the loop vectorizes (the

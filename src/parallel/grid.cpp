@@ -66,6 +66,11 @@ GridShape grid_shape(const Deck& deck, int ranks) {
                                  "smallest of the {} shards of a {}-sample mini-batch has {} "
                                  "samples (need batch_size >= replicas x micro_batches = {})",
                                  M, g.replicas, N, smallest, std::int64_t(g.replicas) * M));
+  if (g.replicas > 1)
+    check_micro_batch_statistics(deck.model, smallest / M,
+                                 fmt::format("training.micro_batches = {} of the smallest {}-sample shard "
+                                             "of a {}-sample batch on {} replicas",
+                                             M, smallest, N, g.replicas));
   return g;
 }
 

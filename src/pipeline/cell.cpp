@@ -156,6 +156,7 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   if (is_last()) {
     loss_ = make_loss<T>(model.loss);
     loss_->set_execution_space(options_.space);
+    loss_->reserve(rows, out_features_);  // the first step allocates nothing either
   }
   weight_grads_.resize(size_t(plan.weight_grad.slots));
   for (int s = 0; s < plan.weight_grad.slots; ++s)

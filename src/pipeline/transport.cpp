@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -42,10 +43,52 @@ MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
 
+namespace {
+int checked_tag(std::int64_t tag) {
+  if (tag < 0 || tag > std::int64_t(std::numeric_limits<int>::max()))
+    throw PipelineError(fmt::format("message tag {} is outside [0, 2^31 - 1] (too many micro-batches)", tag));
+  return int(tag);
+}
+// Throws PipelineError if `tag` is above the communicator's MPI_TAG_UB.
+void check_tag(MPI_Comm comm, int tag, int rank, const std::string& what) {
+  const int bound = tag_upper_bound(comm);
+  if (tag > bound)
+    throw PipelineError(fmt::format("rank {}: the message tag {} of the {} is above this MPI's MPI_TAG_UB = {}",
+                                    rank, tag, what, bound));
+}
+}  // namespace
+
+int forward_tag(int micro_batch) { return checked_tag(2 * std::int64_t(micro_batch)); }
+int backward_tag(int micro_batch) { return checked_tag(2 * std::int64_t(micro_batch) + 1); }
+
+int tag_upper_bound(MPI_Comm comm) {
+  void* value = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &value, &flag);
+  return flag && value ? *static_cast<int*>(value) : 32767;  // the standard's minimum
+}
+
+void check_message_tags(MPI_Comm comm, std::int64_t micro_batches) {
+  const std::int64_t top = 2 * micro_batches - 1;
+  const int bound = tag_upper_bound(comm);
+  if (top > bound)
+    throw InputError(fmt::format("training.micro_batches = {}: message tags reach 2M - 1 = {}, above "
+                                 "this MPI's MPI_TAG_UB = {}",
+                                 micro_batches, top, bound));
+}
+
+int mpi_count(std::int64_t count, const std::string& what) {
+  if (count < 0 || count > std::int64_t(std::numeric_limits<int>::max()))
+    throw PipelineError(fmt::format("{}: {} elements, more than one MPI message carries (2^31 - 1)", what,
+                                    count));
+  return int(count);
+}
+
 template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(const std::string& label, std::int64_t capacity_rows,
                                   std::int64_t cols, const ExecSpace& space)
     : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols), space_(space) {
+  (void)mpi_count(capacity_rows * cols, label);  // every message on it fits an int count
   if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"),
                                    capacity_rows, cols);
 }
@@ -164,6 +207,7 @@ void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64
   what_ = what;
   micro_batch_ = micro_batch;
   wire_ = WireTime{};
+  check_tag(comm, tag, rank_, describe());
   if (stamped) {  // posted first: the sender sends the stamp first on the same tag (MPI keeps the order)
     if (!stamp_) stamp_.reset(new std::int64_t[2]);
     const int rc = MPI_Irecv(stamp_.get(), 2, MPI_INT64_T, source, tag, comm, &stamp_request_);
@@ -171,8 +215,8 @@ void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64
       throw PipelineError(fmt::format("rank {}: MPI_Irecv of the link stamp of the {} from rank {} failed: {}",
                                       rank_, describe(), source, mpi_error_text(rc)));
   }
-  const int rc = MPI_Irecv(mpi_buffer(), int(device_.span()), mpi_type<T>(), source, tag, comm,
-                           &request_);
+  const int rc = MPI_Irecv(mpi_buffer(), mpi_count(std::int64_t(device_.span()), describe()), mpi_type<T>(),
+                           source, tag, comm, &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Irecv of the {} from rank {} failed: {}", rank_,
                                     describe(), source, mpi_error_text(rc)));
@@ -188,6 +232,7 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
   MPI_Comm_rank(comm, &rank_);
   receiving_ = false;
   peer_ = dest;
+  check_tag(comm, tag, rank_, describe());
   const std::int64_t count = rows * cols();
   // The kernels that wrote the rows run on space_: fence that instance (not
   // the whole device) before MPI reads them; stage only the rows sent.
@@ -202,7 +247,8 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
       throw PipelineError(fmt::format("rank {}: MPI_Isend of a link stamp to rank {} failed: {}", rank_,
                                       dest, mpi_error_text(rc)));
   }
-  const int rc = MPI_Isend(mpi_buffer(), int(count), mpi_type<T>(), dest, tag, comm, &request_);
+  const int rc = MPI_Isend(mpi_buffer(), mpi_count(count, describe()), mpi_type<T>(), dest, tag, comm,
+                           &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Isend of {} values to rank {} failed: {}", rank_,
                                     count, dest, mpi_error_text(rc)));

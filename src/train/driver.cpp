@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
@@ -89,8 +90,7 @@ void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start)
   const bool root = pipeline_.rank() == 0;
   if (!log_ && !(root && progress_)) return;
   const std::int64_t done = pipeline_.steps_done();
-  // The rate of the step just taken (next_learning_rate() is that of step `done`).
-  const double lr = learning_rate(pipeline_.deck().optimizer, done - 1, pipeline_.total_steps());
+  const double lr = pipeline_.last_learning_rate();  // that of the step just taken
   const double loss = count > 0 ? sum / count : 0.0;
   const double rate = double(seen) / (MPI_Wtime() - start);
   if (root && progress_) {
@@ -191,14 +191,39 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
                                       train.labels_name, train.samples, t.micro_batches));
   pipeline_.set_steps_per_epoch(per_epoch_);
   pipeline_.set_train_samples(train.samples);
-  // The steps still to run from the position (a restart may resume by samples
-  // seen with another batch size), so the schedule ends exactly at the last step.
+  // The learning-rate horizon in samples (a restart with another batch size,
+  // layout or rank count continues the same curve), and the steps still to
+  // run from the position (for the ETA); both checked for overflow.
+  std::int64_t total_samples = 0;
+  if (__builtin_mul_overflow(t.epochs, train.samples, &total_samples))
+    throw InputError(fmt::format("training.epochs = {}: {} epochs of {} samples is more than 2^63 - 1 "
+                                 "samples",
+                                 t.epochs, t.epochs, train.samples));
+  pipeline_.set_total_samples(total_samples);
   const DataPosition& at = pipeline_.position();
   std::int64_t total = pipeline_.steps_done();
   if (at.epoch < t.epochs)
     total += steps_in_epoch(train.samples, at.epoch_samples, t.batch_size, pipeline_.min_step_samples()) +
-             per_epoch_ * (t.epochs - at.epoch - 1);
+             per_epoch_ * (t.epochs - at.epoch - 1);  // <= total_samples: no overflow
   pipeline_.set_total_steps(total);
+  const std::int64_t tail = train.samples % t.batch_size;
+  if (tail >= pipeline_.min_step_samples())  // a last partial batch is trained: its micro-batches too
+    check_micro_batch_statistics(
+        pipeline_.deck().model, tail / pipeline_.grid().replicas / t.micro_batches,
+        fmt::format("the last batch of every epoch: {} samples ({} % training.batch_size = {}) in "
+                    "training.micro_batches = {} per replica on {} replica{}",
+                    tail, train.samples, t.batch_size, t.micro_batches, pipeline_.grid().replicas,
+                    pipeline_.grid().replicas == 1 ? "" : "s"));
+  const std::int64_t untrained = pipeline_.untrained_per_epoch(train.samples);
+  if (untrained > 0 && pipeline_.rank() == 0) {
+    const std::int64_t D = pipeline_.grid().replicas;
+    spdlog::warn(
+        "{}: the last {} of every epoch's {} samples (positions {}-{} of the epoch's sample order) "
+        "are not trained: a step needs at least D x M = {} samples (D = {} replicas x M = {} "
+        "micro-batches) and the last batch has {}; {} samples per epoch are trained",
+        train.labels_name, untrained, train.samples, train.samples - untrained, train.samples - 1,
+        D * t.micro_batches, D, t.micro_batches, untrained, train.samples - untrained);
+  }
   std::vector<EpochReport> reports;
   stopped_ = false;
   first_step_ = pipeline_.steps_done();

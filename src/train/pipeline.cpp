@@ -49,6 +49,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
+  check_message_tags(comm_.get(), M);  // the same on every rank: before any collective
   const std::int64_t shard = largest_shard(deck, D);
   const std::int64_t micro = largest_micro_batch(deck, D);
   // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
@@ -67,6 +68,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
   optimizer_ = make_optimizer<T>(deck.optimizer, std::int64_t(cell_->parameters().extent(0)));
+  optimizer_->set_execution_space(options.space);
   if (tied_.tied()) share_tied_weights();
   run_id_ = new_run_id(comm_.get());
   MPI_Barrier(comm_.get());
@@ -118,7 +120,9 @@ void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
     long long size = (long long)v->size();
     MPI_Bcast(&size, 1, MPI_LONG_LONG, shape_.rank_of(0, 0), comm_.get());
     v->resize(size_t(size));
-    if (size > 0) MPI_Bcast(v->data(), int(size), MPI_DOUBLE, shape_.rank_of(0, 0), comm_.get());
+    if (size > 0)
+      MPI_Bcast(v->data(), mpi_count(size, "the input normalization"), MPI_DOUBLE, shape_.rank_of(0, 0),
+                comm_.get());
   }
   s.target_mean = from_last(s.target_mean);
   s.target_std = from_last(s.target_std);
@@ -131,7 +135,7 @@ std::vector<double> Pipeline<T>::from_last(std::vector<double> values) const {
   long long size = (long long)values.size();
   MPI_Bcast(&size, 1, MPI_LONG_LONG, root, comm_.get());
   values.resize(size_t(size));
-  if (size > 0) MPI_Bcast(values.data(), int(size), MPI_DOUBLE, root, comm_.get());
+  if (size > 0) MPI_Bcast(values.data(), mpi_count(size, "from_last"), MPI_DOUBLE, root, comm_.get());
   return values;
 }
 
@@ -144,6 +148,7 @@ std::int64_t Pipeline<T>::steps_per_epoch(std::int64_t samples) const {
 
 template <class T>
 double Pipeline<T>::next_learning_rate() const {
+  if (total_samples_ > 0) return learning_rate(deck_.optimizer, samples_done(), total_samples_);
   if (deck_.optimizer.schedule == "cosine" && total_steps_ <= 0)
     throw InputError(
         "optimizer.schedule: cosine decays over the run's total step count, which is not set: "
@@ -206,20 +211,22 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
       else
         for (std::int64_t j = 0; j < f; ++j) batch_inputs_host_(i, j) = T(x[j]);
     }
-    Kokkos::deep_copy(batch_inputs_, batch_inputs_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_inputs_, batch_inputs_host_);
   }
   if (cell_->is_last() && labels && !regression_) {
     const std::int64_t w = labels_per_sample_;  // T labels per sample for token data
     for (std::int64_t i = 0; i < shard.size; ++i)
       for (std::int64_t t = 0; t < w; ++t) batch_labels_host_(i * w + t) = labels[row(i) * w + t];
-    Kokkos::deep_copy(batch_labels_, batch_labels_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_labels_, batch_labels_host_);
   }
   if (cell_->is_last() && targets && regression_) {
     const auto p = outputs_;
     for (std::int64_t i = 0; i < shard.size; ++i)
       for (std::int64_t j = 0; j < p; ++j) batch_targets_host_(i, j) = T(targets[row(i) * p + j]);
-    Kokkos::deep_copy(batch_targets_, batch_targets_host_);
+    Kokkos::deep_copy(cell_->execution_space(), batch_targets_, batch_targets_host_);
   }
+  // The host buffers are refilled by the next call: the copies must be done.
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::stage_batch");
   return shard;
 }
 
@@ -323,6 +330,7 @@ LossSums Pipeline<T>::step(const float* inputs, const float* targets, std::int64
 template <class T>
 LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   const double lr = next_learning_rate();
+  last_learning_rate_ = lr;
   const bool record = !deck_.trace.file.empty() && tracer_.wants(steps_done_, deck_.trace.every);
   tracer_.begin_step(steps_done_, record);
   {
@@ -346,7 +354,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   ++steps_done_;
   sums = sum_over_replicas(sums);
 #ifndef NDEBUG
-  if (D > 1)
+  if (shape_.replicas > 1)
     require(replicas_identical(),
             fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
 #endif
@@ -443,7 +451,7 @@ void Pipeline<T>::clip_gradients() {
 
 template <class T>
 int Pipeline<T>::first_nonfinite_layer(const Vector<T>& values) const {
-  const std::int64_t at = first_nonfinite(values);
+  const std::int64_t at = first_nonfinite(values, cell_->execution_space());
   if (at < 0) return -1;
   std::int64_t offset = 0;
   const auto& layers = cell_->layers();
@@ -504,20 +512,21 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
   if (cell_->is_last()) {
     auto h = Kokkos::create_mirror_view(logits);
-    Kokkos::deep_copy(h, logits);
+    Kokkos::deep_copy(cell_->execution_space(), h, logits);
+    compat::fence(cell_->execution_space(), "gpipe::Pipeline::predict");
     std::copy(h.data(), h.data() + h.span(), out.begin() + shard.offset * classes);
     if (shape_.replicas > 1) {  // every replica's shard, in replica order
       std::vector<int> counts, displs;
       for (int r = 0; r < shape_.replicas; ++r) {
         const MicroBatch s = shard_of(n, shape_.replicas, r);
-        counts.push_back(int(s.size * classes));
-        displs.push_back(int(s.offset * classes));
+        counts.push_back(mpi_count(s.size * classes, "predict: a replica's outputs"));
+        displs.push_back(mpi_count(s.offset * classes, "predict: the outputs before a replica's"));
       }
       MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type<T>(), out.data(), counts.data(), displs.data(),
                      mpi_type<T>(), grid_.replica_group());
     }
   }
-  MPI_Bcast(out.data(), int(out.size()), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
+  MPI_Bcast(out.data(), mpi_count(std::int64_t(out.size()), "predict: the outputs"), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
   const auto& z = normalization_;
   if (regression_ && std::int64_t(z.target_mean.size()) == classes)
     for (std::int64_t i = 0; i < n; ++i)
@@ -597,9 +606,11 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   CheckpointShard<T> shard;
   shard.first_layer = cell_->first_layer();
   shard.layer_count = int(cell_->layers().size());
-  auto host = [](const Vector<T>& v) {
+  const ExecSpace space = cell_->execution_space();
+  auto host = [&space](const Vector<T>& v) {
     auto h = Kokkos::create_mirror_view(v);
-    Kokkos::deep_copy(h, v);
+    Kokkos::deep_copy(space, h, v);
+    compat::fence(space, "gpipe::Pipeline::checkpoint_shard");
     return std::vector<T>(h.data(), h.data() + h.extent(0));
   };
   shard.parameters = host(cell_->parameters());
@@ -661,10 +672,12 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
     }
     agree(error, path);
   }
-  auto device = [](const std::vector<T>& from, const Vector<T>& to) {
+  const ExecSpace space = cell_->execution_space();
+  auto device = [&space](const std::vector<T>& from, const Vector<T>& to) {
     auto h = Kokkos::create_mirror_view(to);
     std::copy(from.begin(), from.end(), h.data());
-    Kokkos::deep_copy(to, h);
+    Kokkos::deep_copy(space, to, h);
+    compat::fence(space, "gpipe::Pipeline::load_checkpoint");  // h is freed on return
   };
   device(shard.parameters, cell_->parameters());
   device(shard.layer_state, cell_->state());
@@ -690,7 +703,8 @@ std::vector<T> Pipeline<T>::gather_parameters() const {
   const int K = shape_.cells;
   const MPI_Comm pipe = grid_.pipeline();
   auto host = Kokkos::create_mirror_view(cell_->parameters());
-  Kokkos::deep_copy(host, cell_->parameters());
+  Kokkos::deep_copy(cell_->execution_space(), host, cell_->parameters());
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::gather_parameters");
   int local = int(host.extent(0));
   std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
   MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, pipe);
@@ -716,9 +730,11 @@ template <class T>
 std::uint64_t Pipeline<T>::checksum() const {
   // FNV-1a over the bytes of the parameters and the optimizer state.
   std::uint64_t h = 1469598103934665603ull;
-  auto add = [&h](const Vector<T>& v) {
+  const ExecSpace space = cell_->execution_space();
+  auto add = [&h, &space](const Vector<T>& v) {
     auto m = Kokkos::create_mirror_view(v);
-    Kokkos::deep_copy(m, v);
+    Kokkos::deep_copy(space, m, v);
+    compat::fence(space, "gpipe::Pipeline::checksum");
     const auto* bytes = reinterpret_cast<const unsigned char*>(m.data());
     for (std::size_t i = 0; i < m.span() * sizeof(T); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   };

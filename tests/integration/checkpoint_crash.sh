@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # A crash (SIGKILL) in the middle of a checkpoint write leaves the previous
 # checkpoint intact and loadable, and --restart latest ignores the partial file.
-# Usage: checkpoint_crash.sh PATH/TO/gpipe-train PATH/TO/inputs
+# Usage: checkpoint_crash.sh PATH/TO/gpipe-train PATH/TO/inputs PATH/TO/libgpipe_kill_during_checkpoint.so
+# (the crash is injected from outside the library: the LD_PRELOAD shim
+# tests/integration/kill_during_checkpoint.c kills the process after the
+# first dataset of the partial checkpoint file is written).
 set -u
 exe=$1
 deck=$2/fashion_mnist_mlp.yaml
+shim=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 args=(--set data.train_limit=1024 --set data.test_limit=128 --set training.epochs=3
@@ -19,7 +23,7 @@ run=${good##*_}; run=${run%.h5}  # the run's identity, in every file name it wri
 sum_before=$(md5sum <"$good")
 
 # 2. Restart; the process is killed while writing the next checkpoint.
-GPIPE_FAULT_KILL_DURING_CHECKPOINT=1 "$exe" "$deck" "${args[@]}" --restart latest >"$tmp/run2.log" 2>&1
+LD_PRELOAD="$shim" "$exe" "$deck" "${args[@]}" --restart latest >"$tmp/run2.log" 2>&1
 status=$?
 [ "$status" -ne 0 ] || fail "the run with the injected crash exited 0"
 [ -f "$tmp/ckpt/ckpt_000000016_$run.h5.tmp" ] || fail "no partial file: $(ls "$tmp/ckpt")"

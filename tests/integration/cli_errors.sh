@@ -78,7 +78,7 @@ expect negative_progress 2 \
   "gpipe-train: error: $deck (--set): training.progress_every: expected an integer >= 0, got -3" \
   "$deck" --set training.progress_every=-3
 expect empty_value 2 \
-  "gpipe-train: error: $deck (--set): training.epochs: expected an integer >= 1, got an empty value" \
+  "gpipe-train: error: $deck (--set): training.epochs: expected an integer in [1, 2^31 - 1], got an empty value" \
   "$deck" --set training.epochs=
 
 # Hostile IDX header: 0xFFFFFFFF images in a 116-byte file, refused before allocating.

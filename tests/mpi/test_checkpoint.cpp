@@ -330,8 +330,9 @@ TEST(Checkpoint, FailedWriteIsAgreed) {
   try {
     t.save_checkpoint(path);
     ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ".tmp: cannot create checkpoint file");
+  } catch (const InputError& e) {  // and HDF5's own reason (issue 25, class 7)
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(path + ".tmp: cannot create checkpoint file: HDF5: ", 0), 0u) << what;
   }
 }
 

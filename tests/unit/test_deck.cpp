@@ -10,6 +10,7 @@
 #include "gpipe/io/deck.hpp"
 #include "gpipe/layers/dense.hpp"
 #include "gpipe/layers/dropout.hpp"
+#include "gpipe/parallel/grid.hpp"
 
 namespace gpipe {
 namespace {
@@ -145,7 +146,7 @@ TEST(DeckErrors, NegativeBatch) {
 
 TEST(DeckErrors, MissingField) {
   EXPECT_EQ(error_of(replace(kDeck, "  epochs: 2\n", "")),
-            "deck.yaml:16:3: missing required field 'training.epochs' (an integer >= 1)");
+            "deck.yaml:16:3: missing required field 'training.epochs' (an integer in [1, 2^31 - 1])");
   EXPECT_EQ(error_of(replace(kDeck, "  test_labels: sl\n", "")),
             "deck.yaml:11:3: missing required field 'data.test_labels' (a non-empty path)");
 }
@@ -174,12 +175,12 @@ TEST(Deck, ParallelGrid) {
   EXPECT_EQ(error_of(kDeck, {"parallel.cells=-1"}),
             "deck.yaml (--set): parallel.cells: expected an integer in [0, 2^31 - 1], got -1");
   EXPECT_EQ(error_of(kDeck, {"parallel.bucket_kib=0"}),
-            "deck.yaml (--set): parallel.bucket_kib: expected an integer >= 1, got 0");
+            "deck.yaml (--set): parallel.bucket_kib: expected an integer in [1, 2^31 - 1], got 0");
 }
 
 TEST(DeckErrors, WrongType) {
   EXPECT_EQ(error_of(replace(kDeck, "epochs: 2", "epochs: two")),
-            "deck.yaml:16:11: training.epochs: expected an integer >= 1, got 'two'");
+            "deck.yaml:16:11: training.epochs: expected an integer in [1, 2^31 - 1], got 'two'");
 }
 
 TEST(DeckErrors, YamlSyntax) {
@@ -200,7 +201,7 @@ TEST(DeckErrors, UnknownSetKey) {
   EXPECT_EQ(error_of(kDeck, {"training.epochs"}),
             "--set 'training.epochs': expected key=value, e.g. --set optimizer.lr=0.01");
   EXPECT_EQ(error_of(kDeck, {"training.epochs=0"}),
-            "deck.yaml (--set): training.epochs: expected an integer >= 1, got 0");
+            "deck.yaml (--set): training.epochs: expected an integer in [1, 2^31 - 1], got 0");
 }
 
 TEST(DeckErrors, BadRemat) {
@@ -233,9 +234,9 @@ TEST(DeckDomains, RangesFinitenessAndEmptyValues) {
   EXPECT_EQ(error_of(kDeck, {"training.progress_every=-3"}),
             "deck.yaml (--set): training.progress_every: expected an integer >= 0, got -3");
   EXPECT_EQ(error_of(kDeck, {"training.epochs="}),
-            "deck.yaml (--set): training.epochs: expected an integer >= 1, got an empty value");
+            "deck.yaml (--set): training.epochs: expected an integer in [1, 2^31 - 1], got an empty value");
   EXPECT_EQ(error_of(replace(kDeck, "epochs: 2", "epochs:")),
-            "deck.yaml:16:3: training.epochs: expected an integer >= 1, got an empty value");
+            "deck.yaml:16:3: training.epochs: expected an integer in [1, 2^31 - 1], got an empty value");
   EXPECT_EQ(error_of(kDeck, {"optimizer.momentum=1"}),
             "deck.yaml (--set): optimizer.momentum: expected a number in [0, 1), got 1");
   EXPECT_EQ(error_of(kDeck, {"optimizer.beta2=-0.5"}),
@@ -251,7 +252,7 @@ TEST(DeckDomains, RangesFinitenessAndEmptyValues) {
   EXPECT_EQ(error_of(kDeck, {"trace.every=0"}),
             "deck.yaml (--set): trace.every: expected an integer >= 1, got 0");
   EXPECT_EQ(error_of(kDeck, {"seed=-1"}),
-            "deck.yaml (--set): seed: expected an integer >= 0, got '-1'");
+            "deck.yaml (--set): seed: expected an integer in [0, 2^64 - 1], got '-1'");
   EXPECT_EQ(error_of(kDeck, {"training.micro_batches=3000000000"}),
             "deck.yaml (--set): training.micro_batches: expected an integer in [1, 2^31 - 1], got "
             "'3000000000'");
@@ -304,6 +305,73 @@ TEST(DeckErrors, MissingFile) {
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "/nonexistent/deck.yaml: cannot open input deck (missing or unreadable)");
+  }
+}
+
+
+// Issue 25, class 4 and 6: every integer key's limit is stated and enforced
+// at the deck boundary, so no arithmetic on it overflows later; values are
+// stored as given.
+TEST(DeckLimits, IntegerKeysAtTheirTypeLimits) {
+  // bucket_kib x 1024 must fit 64 bits: 2^63 - 1 and 2^54 are refused.
+  EXPECT_EQ(error_of(kDeck, {"parallel.bucket_kib=9223372036854775807"}),
+            "deck.yaml (--set): parallel.bucket_kib: expected an integer in [1, 2^31 - 1], got "
+            "9223372036854775807");
+  EXPECT_EQ(error_of(kDeck, {"parallel.bucket_kib=18014398509481984"}),
+            "deck.yaml (--set): parallel.bucket_kib: expected an integer in [1, 2^31 - 1], got "
+            "18014398509481984");
+  EXPECT_EQ(parse_deck(kDeck, "d", {"parallel.bucket_kib=2147483647"}).parallel.bucket_kib, 2147483647);
+  // epochs: 2^62 (with cosine) is a range error naming the key, not a
+  // missing total step count later.
+  EXPECT_EQ(error_of(kDeck, {"training.epochs=4611686018427387904", "optimizer.schedule=cosine"}),
+            "deck.yaml (--set): training.epochs: expected an integer in [1, 2^31 - 1], got "
+            "4611686018427387904");
+  // seed: the whole unsigned 64-bit range, stored as given.
+  EXPECT_EQ(parse_deck(kDeck, "d", {"seed=18446744073709551615"}).seed, 18446744073709551615ull);
+  EXPECT_EQ(error_of(kDeck, {"seed=18446744073709551616"}),
+            "deck.yaml (--set): seed: expected an integer in [0, 2^64 - 1], got '18446744073709551616'");
+  // Another instance: the input shape's product (features per sample).
+  EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: [65536, 65536, 2]")),
+            "deck.yaml:3:10: model.input: 65536 x 65536 x 2 values per sample, more than 2^31 - 1");
+  EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: 4294967296")),
+            "deck.yaml:3:10: model.input: 4294967296 features, more than 2^31 - 1");
+  // And a layer's size key (every layer integer key is at most 2^31 - 1).
+  const std::string units = error_of(replace(kDeck, "{type: dense, units: 3}", "{type: dense, units: 4294967296}"));
+  EXPECT_EQ(units.rfind("deck.yaml:", 0), 0u) << units;
+  EXPECT_NE(units.find("model.layers[4].units: expected"), std::string::npos) << units;
+  EXPECT_NE(units.find("(at most 2^31 - 1), got 4294967296"), std::string::npos) << units;
+}
+
+// Issue 25, class 1: a layer whose statistics are undefined for the
+// micro-batches it gets is an error before training, naming the layer, the
+// micro-batch rows and how they come about.
+TEST(DeckLimits, BatchNormNeedsTwoValuesPerChannelPerMicroBatch) {
+  const std::string bn = "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n"
+                         "training: {epochs: 1, batch_size: 32, micro_batches: 32}\n"
+                         "model:\n  input: [2, 1, 1]\n  layers: [{type: batchnorm2d}, {type: flatten}, "
+                         "{type: dense, units: 2}]\n";
+  EXPECT_EQ(error_of(bn),
+            "model.layers[0] (batchnorm2d): its batch statistics are undefined for micro-batches of 1 "
+            "row (training.micro_batches = 32 of a 32-sample batch): input [2, 1, 1] gives 1 value per "
+            "channel per micro-batch, and the variance needs at least 2 (the output would be the "
+            "constant beta); use fewer micro-batches or a larger batch");
+  EXPECT_EQ(error_of(bn, {"training.micro_batches=16"}), "no error");  // 2 rows
+  // Another instance: one row of 1 x 2 pixels is 2 values: defined.
+  EXPECT_EQ(error_of(replace(bn, "input: [2, 1, 1]", "input: [2, 1, 2]")), "no error");
+  // And on D replicas the shard's micro-batches are what counts: 16 rows per
+  // micro-batch at D = 1, 1 row at D = 16 (grid_shape, also --check).
+  const Deck d = parse_deck(bn, "d", {"training.micro_batches=2", "parallel.cells=1"});
+  EXPECT_NO_THROW(grid_shape(d, 1));
+  try {
+    grid_shape(d, 16);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model.layers[0] (batchnorm2d): its batch statistics are undefined for micro-batches of "
+              "1 row (training.micro_batches = 2 of the smallest 2-sample shard of a 32-sample batch "
+              "on 16 replicas): input [2, 1, 1] gives 1 value per channel per micro-batch, and the "
+              "variance needs at least 2 (the output would be the constant beta); use fewer "
+              "micro-batches or a larger batch");
   }
 }
 

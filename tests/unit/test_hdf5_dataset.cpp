@@ -9,6 +9,10 @@
 #include <limits>
 #include <tuple>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include "gpipe/core/error.hpp"
 #include "gpipe/io/dataset.hpp"
 
@@ -143,6 +147,26 @@ TEST(Hdf5DatasetErrors, HeaderBeyondTheFileIsRefused) {
                                    "of 4 bytes (12000000000000 bytes), but only 0 bytes are stored "
                                    "(expected 12000000000000) (the file holds " +
                                 std::to_string(size) + " bytes): damaged or truncated file");
+}
+
+
+// Issue 25, class 7: a failed library call reports the library's own reason.
+// A data file another process holds locked (flock, as HDF5 >= 1.10 writers
+// do): HDF5's lock error and the HDF5_USE_FILE_LOCKING hint, not only
+// "cannot open".
+TEST(Hdf5DatasetErrors, LockedFileGivesHdf5sReasonAndTheHint) {
+  const auto path = make_file("locked.h5");
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // another open file description: conflicts
+  const std::string e = error_of(path);
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  EXPECT_EQ(e.rfind(path + ": cannot open HDF5 file: HDF5: ", 0), 0u) << e;
+  EXPECT_NE(e.find("unable to lock file"), std::string::npos) << e;
+  EXPECT_NE(e.find("Resource temporarily unavailable"), std::string::npos) << e;
+  EXPECT_NE(e.find("set HDF5_USE_FILE_LOCKING=FALSE"), std::string::npos) << e;
+  EXPECT_EQ(error_of(path), "no error");  // unlocked: it loads
 }
 
 }  // namespace

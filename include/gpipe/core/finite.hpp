@@ -8,9 +8,10 @@
 
 namespace gpipe {
 
-/// Index of the first NaN or infinite element of `v` (in the default
-/// execution space), or -1 if all are finite. Not collective.
+/// Index of the first NaN or infinite element of `v`, or -1 if all are
+/// finite: one reduction on the instance `space` (which it fences: the
+/// result is on the host). Not collective.
 template <class T>
-std::int64_t first_nonfinite(const Vector<T>& v);
+std::int64_t first_nonfinite(const Vector<T>& v, const ExecSpace& space = ExecSpace());
 
 }  // namespace gpipe

@@ -6,7 +6,7 @@
 // Kokkos' parallel_reduce combines per-thread partial results in an order
 // that follows the thread count (OpenMP) or the team size (GPUs), so a
 // floating-point sum changes in its last bits with the machine. Here a sum of
-// `count` terms is split into kSumLanes fixed strided lanes (lane l adds terms
+// `count` terms is split into kSumLanes (per backend, below) fixed strided lanes (lane l adds terms
 // l, l + kSumLanes, ... in index order) and the lanes are then added in lane
 // order: the same additions in the same order whatever the hardware; the
 // lanes are spread over a team's threads (hierarchical parallelism: teams
@@ -21,9 +21,16 @@
 
 namespace gpipe {
 
-/// Lanes of every fixed-order sum (a multiple of a GPU warp's 32 threads
-/// would waste lanes on CPUs; 16 keeps 16 threads per team busy).
-inline constexpr int kSumLanes = 16;
+/// Lanes of every fixed-order sum, a constant per backend: 16 where the
+/// execution space runs on the host (16 keeps a CPU team's threads busy
+/// without idle lanes), 64 on a GPU (two 32-thread warps, one 64-wide AMD
+/// wavefront), so a GPU team reduces over 64 threads instead of 16. Fixed per
+/// backend, so every sum is bitwise the same at any thread count and team
+/// size of that backend; between a host and a GPU backend sums differ in the
+/// last bits.
+template <class Space>
+inline constexpr int sum_lanes_of = Kokkos::SpaceAccessibility<Space, Kokkos::HostSpace>::accessible ? 16 : 64;
+inline constexpr int kSumLanes = sum_lanes_of<ExecSpace>;
 
 /// Team scratch for team_sum of values of type A: one value per lane.
 template <class A>

@@ -4,6 +4,9 @@
 // space.
 
 #include <Kokkos_Core.hpp>
+
+#include <stdexcept>
+#include <string>
 #include <cstdint>
 
 namespace gpipe {
@@ -43,11 +46,17 @@ auto leading_rows(const ViewT& m, std::int64_t rows) {
 
 /// The elements of a contiguous row-major matrix as one flat vector, for
 /// element-wise kernels (no copy). Every matrix gpipe allocates, and every
-/// leading_rows() of one, is contiguous.
+/// leading_rows() of one, is contiguous; a strided view (a column subview, a
+/// padded layout) is not, and throws std::logic_error (its span() covers
+/// elements that are not its own: a flat kernel would read or write them).
 template <class ViewT>
 Kokkos::View<typename ViewT::value_type*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> flat(
     const ViewT& m) {
   using Flat = Kokkos::View<typename ViewT::value_type*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  if (!m.span_is_contiguous() || m.span() != m.size())
+    throw std::logic_error("gpipe::flat: view '" + std::string(m.label()) + "' is not contiguous (" +
+                           std::to_string(m.size()) + " elements in a span of " + std::to_string(m.span()) +
+                           ")");
   return Flat(m.data(), m.span());
 }
 

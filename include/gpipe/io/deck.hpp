@@ -100,6 +100,18 @@ Deck parse_model_deck(const std::string& text, const std::string& name,
                       const std::vector<std::string>& overrides = {});
 Deck load_model_deck(const std::string& path, const std::vector<std::string>& overrides = {});
 
+/// Throws InputError if a layer of `model` computes statistics over the
+/// micro-batch that are undefined for micro-batches of `rows` rows: a
+/// batchnorm2d layer (input [C, H, W]) needs at least 2 values per channel,
+/// rows x H x W >= 2 (the variance of one value is 0: the output would be
+/// the constant beta and the running variance would decay to 0). The message
+/// names the layer, its input, `rows` and `why` (how the rows come about,
+/// e.g. "training.micro_batches = 32 micro-batches of a 32-sample batch").
+/// parse_deck checks the micro-batches of a full batch on one replica,
+/// grid_shape those of a replica's shard, the driver those of the last
+/// partial batch.
+void check_micro_batch_statistics(const ModelSpec& model, std::int64_t rows, const std::string& why);
+
 /// Keys accepted by --set (dotted paths).
 const std::vector<std::string>& settable_keys();
 

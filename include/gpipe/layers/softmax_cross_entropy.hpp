@@ -31,13 +31,16 @@ class SoftmaxCrossEntropy final : public Loss<T> {
   /// Labels outside [0, classes) throw PipelineError.
   LossSums evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits);
 
+  /// Row buffers for up to `rows` rows (Loss::reserve).
+  void reserve(std::int64_t rows, std::int64_t classes) override;
+
   /// 6 flops per logit (max, exp, sum, softmax, gradient).
   static double flops(std::int64_t batch, std::int64_t classes) {
     return 6.0 * double(batch) * double(classes);
   }
 
  private:
-  Kokkos::View<double*, MemSpace> row_loss_;      // grown on demand
+  Kokkos::View<double*, MemSpace> row_loss_;      // reserve(), else grown on demand
   Kokkos::View<std::int32_t*, MemSpace> row_hit_; // 1 correct, 0 wrong, -1 bad label
   Kokkos::View<double[3], MemSpace> totals_{"gpipe::SoftmaxCrossEntropy::totals"};  // loss, hits, bad labels
   typename Kokkos::View<double[3], MemSpace>::host_mirror_type totals_host_ =

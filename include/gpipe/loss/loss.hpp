@@ -71,6 +71,14 @@ class Loss {
   /// wrong kind or shape.
   virtual LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
                             Matrix<T> doutputs) = 0;
+  /// Allocates the loss's buffers for micro-batches of up to `rows` rows of
+  /// `outputs` outputs, so that evaluate() allocates nothing (a cell calls it
+  /// at construction, before the first step). Without it buffers grow on
+  /// first use.
+  virtual void reserve(std::int64_t rows, std::int64_t outputs) {
+    (void)rows;
+    (void)outputs;
+  }
 
   /// The execution-space instance evaluate() submits its kernels to and
   /// fences before returning its sums (the cell's; the default instance

@@ -23,12 +23,15 @@ class RegressionLoss final : public Loss<T> {
   /// with another number of outputs.
   LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
                     Matrix<T> doutputs) override;
+  /// Row, moment and host buffers for up to `rows` rows (Loss::reserve).
+  void reserve(std::int64_t rows, std::int64_t outputs) override;
 
  private:
   Kind kind_;
   double delta_;
-  Kokkos::View<double*, MemSpace> row_loss_;  // grown on demand
+  Kokkos::View<double*, MemSpace> row_loss_;  // reserve(), else grown on demand
   Kokkos::View<double*, MemSpace> moments_;   // 4 per output, then the loss sum
+  typename Kokkos::View<double*, MemSpace>::host_mirror_type moments_host_;
 };
 
 }  // namespace gpipe

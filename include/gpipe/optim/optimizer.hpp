@@ -39,7 +39,8 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// One update of `params` (P) from the accumulated gradient `grads` (P) at
-  /// learning rate `lr`. Does not zero `grads`.
+  /// learning rate `lr`, one kernel on execution_space() (not fenced: later
+  /// work on that instance sees the update). Does not zero `grads`.
   virtual void step(Vector<T> params, ConstVector<T> grads, double lr) = 0;
   /// Number of step() calls so far (Adam's t).
   std::int64_t steps() const { return steps_; }
@@ -47,9 +48,14 @@ class Optimizer {
   void set_steps(std::int64_t steps) { steps_ = steps; }
   /// Named state buffers (P elements each), for checkpoints.
   virtual std::vector<std::pair<std::string, Vector<T>>> state() = 0;
+  /// The execution-space instance step() launches on (the cell's,
+  /// CellOptions::space; default-constructed until set).
+  const ExecSpace& execution_space() const { return space_; }
+  void set_execution_space(const ExecSpace& space) { space_ = space; }
 
  protected:
   std::int64_t steps_ = 0;
+  ExecSpace space_{};
 };
 
 /// SGD with momentum: v = mu v + g + wd p;  p -= lr v.

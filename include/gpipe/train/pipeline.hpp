@@ -53,11 +53,15 @@ struct Evaluation {
 /// same weights after every step. Every rank must pass the same n and the
 /// same samples (each rank reads only its shard's rows).
 ///
-/// Learning rate: the rate of step s is learning_rate(deck.optimizer, s,
-/// total_steps()), a function of the step and of a total step count the user
-/// sets with set_total_steps() (the driver sets it to epochs x steps per
-/// epoch). A cosine schedule without a total step count is an error at the
-/// first step, not a silent constant rate.
+/// Learning rate: a function of training progress. With set_total_samples()
+/// (the driver sets it to epochs x training samples) the rate of a step is
+/// learning_rate(deck.optimizer, s, total_samples()), s the samples trained
+/// before it (position(): epoch x training samples + the epoch's samples),
+/// so a restart with another batch size, D, K, M or rank count continues the
+/// same curve. Otherwise (library and C API users stepping themselves) it is
+/// learning_rate(deck.optimizer, step, total_steps()) over a total step
+/// count set with set_total_steps(). A cosine schedule with neither is an
+/// error at the first step, not a silent constant rate.
 template <class T>
 class Pipeline {
  public:
@@ -130,6 +134,19 @@ class Pipeline {
   /// but every rank must set the same value.
   void set_total_steps(std::int64_t total_steps) { total_steps_ = total_steps; }
   std::int64_t total_steps() const { return total_steps_; }
+  /// Sets the run's total training samples (epochs x samples per epoch), the
+  /// horizon of the learning-rate schedule in samples (see the class
+  /// comment); 0 = unset (the schedule runs in steps). Not collective but
+  /// every rank must set the same value.
+  void set_total_samples(std::int64_t total_samples) { total_samples_ = total_samples; }
+  std::int64_t total_samples() const { return total_samples_; }
+  /// Training samples before the next step: position().epoch x the training
+  /// set's samples + position().epoch_samples.
+  std::int64_t samples_done() const {
+    return position_.epoch * train_samples_ + position_.epoch_samples;
+  }
+  /// The learning rate the last step used (0 before the first step).
+  double last_learning_rate() const { return last_learning_rate_; }
   /// Steps per epoch of the run (recorded in checkpoints as the epoch; 0 =
   /// unknown, epoch 0).
   void set_steps_per_epoch(std::int64_t steps) { steps_per_epoch_ = steps; }
@@ -140,6 +157,14 @@ class Pipeline {
   /// Optimizer steps for an epoch of `samples` samples: full batches, plus a
   /// last partial batch if it has at least D x micro_batches samples.
   std::int64_t steps_per_epoch(std::int64_t samples) const;
+  /// Samples of an epoch of `samples` that no step trains: a last partial
+  /// batch of fewer than D x micro_batches samples (every replica's shard
+  /// needs one sample per micro-batch), else 0. They are the last ones of the
+  /// epoch's sample order; the driver says so before the first step.
+  std::int64_t untrained_per_epoch(std::int64_t samples) const {
+    const std::int64_t tail = samples % deck_.training.batch_size;
+    return tail < min_step_samples() ? tail : 0;
+  }
 
   /// `value` as the last cell of replica 0 holds it, on every rank. Collective.
   double from_last(double value) const;
@@ -298,6 +323,8 @@ class Pipeline {
   NormalizationStats normalization_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
+  std::int64_t total_samples_ = 0;
+  double last_learning_rate_ = 0;
   std::int64_t steps_per_epoch_ = 0;
   std::string poisoned_;  // why the pipeline is unusable ("" = usable)
   std::int64_t skipped_steps_ = 0;
