@@ -208,18 +208,11 @@ int main(int argc, char** argv) {
       "weights and the input/target normalization. Inputs are raw samples in the units of the "
       "training data; regression outputs come back in the targets' units, classification outputs "
       "are logits (plus their arg-max).\n\n"
-      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600_3f2a9c01d4e5b678.h5 --input x.h5 --output y.h5
-"
-      "  mpirun -n 2 gpipe-infer ckpt --input x.h5 --output y.h5   (the newest checkpoint in ckpt/)
-
-"
-      "A language model continues a prompt instead (printed on standard output):
-
-"
+      "  mpirun -n 2 gpipe-infer ckpt/ckpt_000000600_3f2a9c01d4e5b678.h5 --input x.h5 --output y.h5\n"
+      "  mpirun -n 2 gpipe-infer ckpt --input x.h5 --output y.h5   (the newest checkpoint in ckpt/)\n\n"
+      "A language model continues a prompt instead (printed on standard output):\n\n"
       "  mpirun -n 2 gpipe-infer ckpt --generate 'And God said' --tokens 200 --temperature 0.8 "
-      "--top-k 10
-
-"
+      "--top-k 10\n\n"
       "Checkpoints are named ckpt_<step, 9 digits>_<run id, 16 hex digits>.h5. "
       "Any number of ranks: by default all ranks form one pipeline (K = ranks cells); --cells K "
       "makes ranks/K data-parallel replicas. Output layout: docs/file-formats.md, \"Predictions\" "
