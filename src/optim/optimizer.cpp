@@ -92,12 +92,15 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const OptimizerSpec& spec, std::int
                                spec.type, fmt::join(optimizer_types(), ", ")));
 }
 
-double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps) {
-  const std::int64_t w = spec.warmup_steps;
-  if (w > 0 && step < w) return spec.lr * double(step + 1) / double(w);
-  if (spec.schedule != "cosine" || total_steps <= w) return spec.lr;
+double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps,
+                     std::int64_t unit) {
+  // Progress `step` and horizon `total_steps` are in units of which one
+  // step covers `unit` (1: steps; the batch size: samples).
+  const double w = double(spec.warmup_steps) * double(unit);
+  if (w > 0 && double(step) < w) return spec.lr * (double(step) + double(unit)) / w;
+  if (spec.schedule != "cosine" || double(total_steps) <= w) return spec.lr;
   const double pi = 3.14159265358979323846;
-  return spec.lr * 0.5 * (1.0 + std::cos(pi * double(step - w) / double(total_steps - w)));
+  return spec.lr * 0.5 * (1.0 + std::cos(pi * (double(step) - w) / (double(total_steps) - w)));
 }
 
 template class Sgd<float>;

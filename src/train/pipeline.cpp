@@ -148,7 +148,8 @@ std::int64_t Pipeline<T>::steps_per_epoch(std::int64_t samples) const {
 
 template <class T>
 double Pipeline<T>::next_learning_rate() const {
-  if (total_samples_ > 0) return learning_rate(deck_.optimizer, samples_done(), total_samples_);
+  if (total_samples_ > 0)  // progress in samples; a warm-up step covers one batch
+    return learning_rate(deck_.optimizer, samples_done(), total_samples_, deck_.training.batch_size);
   if (deck_.optimizer.schedule == "cosine" && total_steps_ <= 0)
     throw InputError(
         "optimizer.schedule: cosine decays over the run's total step count, which is not set: "

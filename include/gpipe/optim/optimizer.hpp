@@ -101,6 +101,12 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const OptimizerSpec& spec, std::int
 /// constant lr, or cosine lr (1 + cos(pi (step - w) / (total_steps - w))) / 2
 /// with w = warmup_steps (total_steps <= w: lr). total_steps = 0: unknown
 /// (cosine then gives lr; Pipeline refuses that before a step).
-double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps);
+/// Progress may be counted in another unit than steps: with `unit` = the
+/// samples one step trains, `step` and `total_steps` are samples (trained
+/// before the step, and the run's total) and the warm-up covers
+/// warmup_steps x unit samples, so the curve is the same function of
+/// training progress after a restart with another layout (gpipe-train).
+double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t total_steps,
+                     std::int64_t unit = 1);
 
 }  // namespace gpipe
