@@ -28,7 +28,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # ccache: a rebuild (and CI's second, sanitizer build of the same sources)
-# compiles only what changed.
+# compiles only what changed; paths relative to the checkout, so a fresh
+# clone in another folder reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 if [ ! -f build/CMakeCache.txt ]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
