@@ -50,6 +50,7 @@ class LmHead final : public Layer<T> {
     const double a = 0.02 * std::sqrt(3.0);
     const std::int64_t d = width_;
     auto w = weight_;
+    // instance: default (Layer::initialize takes no instance: construction, before any step)
     Kokkos::parallel_for(
         "gpipe::LmHead::initialize", Kokkos::RangePolicy<ExecSpace>(0, vocabulary_ * d),
         KOKKOS_LAMBDA(const std::int64_t e) {

@@ -49,6 +49,7 @@ class TokenEmbedding final : public Layer<T> {
     const double a = 0.02 * std::sqrt(3.0);
     const std::int64_t d = width_;
     auto w = weight_;
+    // instance: default (Layer::initialize takes no instance: construction, before any step)
     Kokkos::parallel_for(
         "gpipe::TokenEmbedding::initialize", Kokkos::RangePolicy<ExecSpace>(0, vocabulary_ * d),
         KOKKOS_LAMBDA(const std::int64_t e) {

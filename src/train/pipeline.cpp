@@ -387,7 +387,8 @@ std::vector<T> Pipeline<T>::exchange_tied(const Kokkos::View<T*, MemSpace>& mine
   // The two cells of one replica swap their slices (the same size: checked
   // by tied_layers) on the pipeline communicator.
   auto host = Kokkos::create_mirror_view(mine);
-  Kokkos::deep_copy(host, mine);
+  Kokkos::deep_copy(cell_->execution_space(), host, mine);
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::exchange_tied");  // before MPI reads host
   std::vector<T> theirs(host.extent(0));
   MPI_Sendrecv(host.data(), int(host.extent(0)), mpi_type<T>(), peer_cell, kTieTag, theirs.data(),
                int(theirs.size()), mpi_type<T>(), peer_cell, kTieTag, grid_.pipeline(), MPI_STATUS_IGNORE);
@@ -409,7 +410,8 @@ void Pipeline<T>::share_tied_weights() {
   if (h < 0) return;  // the embedding keeps its weight; the head takes it
   auto host = Kokkos::create_mirror_view(mine);
   std::copy(theirs.begin(), theirs.end(), host.data());
-  Kokkos::deep_copy(mine, host);
+  Kokkos::deep_copy(cell_->execution_space(), mine, host);
+  compat::fence(cell_->execution_space(), "gpipe::Pipeline::share_tied_weights");  // host is freed here
 }
 
 template <class T>
