@@ -29,8 +29,11 @@ import sys
 
 # Files left out, each with why. Keep this list short and explicit.
 EXCLUDED = {
-    # Owned by engineers "seam" and "conv" in issue 25, who move their
-    # launches onto the instance; remove these lines when their branches merge.
+    # Not yet on the instance (issue 25, still open): the kernel seam and the
+    # layers that call it. Without these lines the check reports 7 sites:
+    # the Dense and Conv2d initialize kernels (construction: mark them
+    # "instance: default"), im2col_rows / col2im_rows (im2col.hpp: 146, 168)
+    # and transformer_block's residual add(), which need the pass's space.
     "src/layers/dense.cpp": "issue 25, engineer seam",
     "src/layers/transformer_block.cpp": "issue 25, engineer seam",
     "src/layers/conv2d.cpp": "issue 25, engineer conv",
