@@ -86,13 +86,14 @@ class Conv2d final : public Layer<T> {
     const double a = std::sqrt(6.0 / double(taps));
     const std::uint64_t layer = std::uint64_t(this->index());
     auto w = weight_;
+    // instance: default, the weights and the bias (Layer::initialize takes no instance: construction)
     Kokkos::parallel_for(
         "gpipe::Conv2d::initialize", Kokkos::RangePolicy<ExecSpace>(0, F * taps),
         KOKKOS_LAMBDA(const std::int64_t e) {
           const double u = rng::uniform01(rng::hash(seed, rng::kInit, layer, std::uint64_t(e)));
           w(e / taps, e % taps) = T((2.0 * u - 1.0) * a);
         });
-    if (config_.bias) Kokkos::deep_copy(bias_, T(0));
+    if (config_.bias) Kokkos::deep_copy(bias_, T(0));  // instance: default (construction)
   }
 
   void reserve(std::int64_t rows) override { conv_.reserve(rows); }

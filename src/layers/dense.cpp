@@ -30,12 +30,14 @@ void Dense<T>::initialize(std::uint64_t seed) {
   const std::uint64_t layer = std::uint64_t(this->index());
   auto w = weight_;
   auto b = bias_;
+  // instance: default (Layer::initialize takes no instance: construction, before any step)
   Kokkos::parallel_for(
       "gpipe::Dense::initialize", Kokkos::RangePolicy<ExecSpace>(0, in * out),
       KOKKOS_LAMBDA(const std::int64_t e) {
         const double u = rng::uniform01(rng::hash(seed, rng::kInit, layer, std::uint64_t(e)));
         w(e / out, e % out) = T((2.0 * u - 1.0) * a);
       });
+  // instance: default (Layer::initialize takes no instance: construction)
   Kokkos::parallel_for(
       "gpipe::Dense::initialize_bias", Kokkos::RangePolicy<ExecSpace>(0, out),
       KOKKOS_LAMBDA(const std::int64_t j) { b(0, j) = T(0); });

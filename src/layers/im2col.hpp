@@ -137,13 +137,13 @@ void col2im(const ExecSpace& space, const Window2d& g, const DCols& dcols, const
 
 /// cols (n*P, C*KH*KW) from x (n, C*H*W).
 template <class T, class X, class Cols>
-void im2col_rows(const Window2d& g, const X& x, const Cols& cols, const char* label) {
+void im2col_rows(const ExecSpace& space, const Window2d& g, const X& x, const Cols& cols, const char* label) {
   const std::int64_t n = std::int64_t(x.extent(0));
   const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
   const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
   Kokkos::parallel_for(
-      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n * P, taps}),
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {n * P, taps}),
       KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t k) {
         const std::int64_t i = row / P, p = row % P;
         const std::int64_t oh = p / OW, ow = p % OW;
@@ -158,14 +158,14 @@ void im2col_rows(const Window2d& g, const X& x, const Cols& cols, const char* la
 /// taps in a fixed order (a, b ascending), so results are bitwise
 /// reproducible on every backend, with no atomics.
 template <class T, class DCols, class DX>
-void col2im_rows(const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
+void col2im_rows(const ExecSpace& space, const Window2d& g, const DCols& dcols, const DX& dx, const char* label) {
   const std::int64_t n = std::int64_t(dx.extent(0));
   const std::int64_t P = g.pixels(), OH = g.out_h(), OW = g.out_w();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
   const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
   const std::int64_t features = g.channels * H * W;
   Kokkos::parallel_for(
-      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>({0, 0}, {n, features}),
+      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {n, features}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) {
         const std::int64_t c = e / (H * W), hw = e % (H * W);
         const std::int64_t h = hw / W, w = hw % W;

@@ -64,14 +64,14 @@ class PatchEmbed final : public Layer<T> {
 
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override {
     const std::int64_t n = std::int64_t(x.extent(0)), tokens = g_.pixels();
-    const auto cols = gather(x);
+    const auto cols = gather(ctx.space, x);
     proj_.forward(ctx, cols, detail::as_matrix(y.data(), n * tokens, y.extent(1) / tokens), saved);
   }
 
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T> saved) override {
     const std::int64_t n = std::int64_t(x.extent(0)), tokens = g_.pixels();
-    const auto cols = gather(x);
+    const auto cols = gather(ctx.space, x);
     const auto dtok = detail::as_const_matrix(dy.data(), n * tokens, dy.extent(1) / tokens);
     if (dx.extent(0) == 0) {
       proj_.backward(ctx, cols, dtok, Matrix<T>(), saved);
@@ -79,15 +79,15 @@ class PatchEmbed final : public Layer<T> {
     }
     // dcols overwrites cols once dW has used them: Dense computes dW first.
     proj_.backward(ctx, cols, dtok, cols, saved);
-    detail::col2im_rows<T>(g_, cols, dx, "gpipe::PatchEmbed::col2im");
+    detail::col2im_rows<T>(ctx.space, g_, cols, dx, "gpipe::PatchEmbed::col2im");
   }
 
  private:
-  Matrix<T> gather(ConstMatrix<T> x) {
+  Matrix<T> gather(const ExecSpace& space, ConstMatrix<T> x) {
     const std::int64_t n = std::int64_t(x.extent(0));
     reserve(n);
     const auto cols = detail::as_matrix(cols_.data(), n * g_.pixels(), g_.taps());
-    detail::im2col_rows<T>(g_, x, cols, "gpipe::PatchEmbed::im2col");
+    detail::im2col_rows<T>(space, g_, x, cols, "gpipe::PatchEmbed::im2col");
     return cols;
   }
 

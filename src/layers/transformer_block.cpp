@@ -97,9 +97,9 @@ struct SavedLayout {
 
 // out = a + b, element-wise over contiguous matrices (the residual connections).
 template <class T>
-void add(const char* label, const T* a, const T* b, T* out, std::int64_t count) {
+void add(const ExecSpace& space, const char* label, const T* a, const T* b, T* out, std::int64_t count) {
   Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace>(0, count),
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, count),
       KOKKOS_LAMBDA(const std::int64_t e) { out[e] = a[e] + b[e]; });
 }
 
@@ -146,12 +146,12 @@ class TransformerBlock final : public Layer<T> {
     kernels::attention_forward<T>(ctx.space, attention(n), rows(s + at.qkv, 3 * d_),
                                   detail::as_matrix(s + at.probs, n * H_ * T_, T_), rows(s + at.o, d_));
     proj_.forward(ctx, rows(s + at.o, d_), rows(buf_a_.data(), d_), SavedView<T>());
-    add("gpipe::TransformerBlock::residual_attention", x.data(), dropped(ctx, drop_attention_, buf_a_.data(), n), s + at.x1, N * d_);
+    add(ctx.space, "gpipe::TransformerBlock::residual_attention", x.data(), dropped(ctx, drop_attention_, buf_a_.data(), n), s + at.x1, N * d_);
     ln2_.forward(ctx, rows(s + at.x1, d_), rows(s + at.h2, d_), SavedView<T>(s + at.stats2, 2 * N));
     mlp1_.forward(ctx, rows(s + at.h2, d_), rows(s + at.u, m_), SavedView<T>());
     gelu_.forward(ctx, rows(s + at.u, m_), rows(s + at.g, m_), SavedView<T>());
     mlp2_.forward(ctx, rows(s + at.g, m_), rows(buf_a_.data(), d_), SavedView<T>());
-    add("gpipe::TransformerBlock::residual_mlp", s + at.x1, dropped(ctx, drop_mlp_, buf_a_.data(), n), y.data(), N * d_);
+    add(ctx.space, "gpipe::TransformerBlock::residual_mlp", s + at.x1, dropped(ctx, drop_mlp_, buf_a_.data(), n), y.data(), N * d_);
   }
 
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
@@ -168,7 +168,7 @@ class TransformerBlock final : public Layer<T> {
     gelu_.backward(ctx, rows(s + at.u, m_), rows(hid, m_), rows(hid, m_), SavedView<T>());
     mlp1_.backward(ctx, rows(s + at.h2, d_), rows(hid, m_), rows(b, d_), SavedView<T>());
     ln2_.backward(ctx, rows(s + at.x1, d_), rows(b, d_), rows(a, d_), SavedView<T>(s + at.stats2, 2 * N));
-    add("gpipe::TransformerBlock::residual_mlp_backward", dy.data(), a, a, N * d_);  // a = dx1
+    add(ctx.space, "gpipe::TransformerBlock::residual_mlp_backward", dy.data(), a, a, N * d_);  // a = dx1
     // Attention branch: dx1 -> da (Dropout) -> do -> dqkv -> dh1 -> dx via LN1.
     const T* da = undropped(ctx, drop_attention_, a, b, n);
     proj_.backward(ctx, rows(s + at.o, d_), rows(da, d_), rows(c, d_), SavedView<T>());
@@ -183,7 +183,7 @@ class TransformerBlock final : public Layer<T> {
       return;
     }
     ln1_.backward(ctx, X, rows(b, d_), rows(dx.data(), d_), SavedView<T>(s + at.stats1, 2 * N));
-    add("gpipe::TransformerBlock::residual_attention_backward", dx.data(), a, dx.data(), N * d_);
+    add(ctx.space, "gpipe::TransformerBlock::residual_attention_backward", dx.data(), a, dx.data(), N * d_);
   }
 
  private:

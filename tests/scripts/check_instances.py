@@ -29,16 +29,6 @@ import sys
 
 # Files left out, each with why. Keep this list short and explicit.
 EXCLUDED = {
-    # Not yet on the instance (issue 25, still open): the kernel seam and the
-    # layers that call it. Without these lines the check reports 7 sites:
-    # the Dense and Conv2d initialize kernels (construction: mark them
-    # "instance: default"), im2col_rows / col2im_rows (im2col.hpp: 146, 168)
-    # and transformer_block's residual add(), which need the pass's space.
-    "src/layers/dense.cpp": "issue 25, engineer seam",
-    "src/layers/transformer_block.cpp": "issue 25, engineer seam",
-    "src/layers/conv2d.cpp": "issue 25, engineer conv",
-    "src/layers/im2col.hpp": "issue 25, engineer conv",
-    "src/kernels": "issue 25, engineers seam/conv (the kernel seam)",
     # Not a cell's work: timing of single layers before the cells exist, and
     # the host-side staging and gathers of the Pipeline outside any step.
     "src/model/cost.cpp": "layer timing at construction (balance: time), its own instance",
