@@ -67,25 +67,28 @@ namespace {
 Schedule blank(int cells, int micro_batches, Remat remat) {
   Schedule s;
   s.cells = cells;
+  s.stages = cells;
   s.micro_batches = micro_batches;
+  for (int k = 0; k < cells; ++k) s.rank_of_stage.push_back(k);
   s.rematerialized = rematerialized(micro_batches, remat);
   s.ops.resize(size_t(cells));
   return s;
 }
 
 // Appends Recompute(m) when m is re-materialized, then the backward op `kind` of m.
-void push_backward(const Schedule& s, std::vector<Op>& ops, OpKind kind, int m) {
-  if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m});
-  ops.push_back({kind, m});
+void push_backward(const Schedule& s, std::vector<Op>& ops, OpKind kind, int m, int stage) {
+  if (s.rematerialized[size_t(m)]) ops.push_back({OpKind::Recompute, m, stage});
+  ops.push_back({kind, m, stage});
 }
 }  // namespace
 
 Schedule fill_drain(int cells, int micro_batches, Remat remat) {
   Schedule s = blank(cells, micro_batches, remat);
-  std::vector<Op> ops;
-  for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
-  for (int m = micro_batches - 1; m >= 0; --m) push_backward(s, ops, OpKind::Backward, m);
-  s.ops.assign(size_t(cells), ops);
+  for (int k = 0; k < cells; ++k) {
+    auto& ops = s.ops[size_t(k)];
+    for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m, k});
+    for (int m = micro_batches - 1; m >= 0; --m) push_backward(s, ops, OpKind::Backward, m, k);
+  }
   return s;
 }
 
@@ -94,12 +97,12 @@ Schedule one_f_one_b(int cells, int micro_batches, Remat remat) {
   for (int k = 0; k < cells; ++k) {
     auto& ops = s.ops[size_t(k)];
     const int warm_up = std::min(micro_batches, cells - k - 1);
-    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
+    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m, k});
     for (int m = warm_up; m < micro_batches; ++m) {
-      ops.push_back({OpKind::Forward, m});
-      push_backward(s, ops, OpKind::Backward, m - warm_up);
+      ops.push_back({OpKind::Forward, m, k});
+      push_backward(s, ops, OpKind::Backward, m - warm_up, k);
     }
-    for (int m = micro_batches - warm_up; m < micro_batches; ++m) push_backward(s, ops, OpKind::Backward, m);
+    for (int m = micro_batches - warm_up; m < micro_batches; ++m) push_backward(s, ops, OpKind::Backward, m, k);
   }
   return s;
 }
@@ -109,17 +112,17 @@ Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
   for (int k = 0; k < cells; ++k) {
     auto& ops = s.ops[size_t(k)];
     int weights = 0;  // next micro-batch whose W op is due
-    const auto weight = [&]() { ops.push_back({OpKind::BackwardWeights, weights++}); };
+    const auto weight = [&]() { ops.push_back({OpKind::BackwardWeights, weights++, k}); };
     const int warm_up = std::min(micro_batches, cells - k - 1);
     const int lag = k;  // ZB-H1: cell k's W ops trail its I ops by k micro-batches
-    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m});
+    for (int m = 0; m < warm_up; ++m) ops.push_back({OpKind::Forward, m, k});
     for (int m = warm_up; m < micro_batches; ++m) {
-      ops.push_back({OpKind::Forward, m});
-      push_backward(s, ops, OpKind::BackwardInput, m - warm_up);
+      ops.push_back({OpKind::Forward, m, k});
+      push_backward(s, ops, OpKind::BackwardInput, m - warm_up, k);
       if (m - warm_up >= lag) weight();
     }
     for (int m = micro_batches - warm_up; m < micro_batches; ++m) {
-      push_backward(s, ops, OpKind::BackwardInput, m);
+      push_backward(s, ops, OpKind::BackwardInput, m, k);
       weight();  // the cool-down: I and W alternate
     }
     while (weights < micro_batches) weight();
@@ -143,9 +146,8 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
 
 Schedule forward_only(int cells, int micro_batches) {
   Schedule s = blank(cells, micro_batches, Remat::Never);
-  std::vector<Op> ops;
-  for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m});
-  s.ops.assign(size_t(cells), ops);
+  for (int k = 0; k < cells; ++k)
+    for (int m = 0; m < micro_batches; ++m) s.ops[size_t(k)].push_back({OpKind::Forward, m, k});
   return s;
 }
 

@@ -18,17 +18,22 @@ Op B(int m) { return {OpKind::Backward, m}; }
 Op R(int m) { return {OpKind::Recompute, m}; }
 Op I(int m) { return {OpKind::BackwardInput, m}; }
 Op W(int m) { return {OpKind::BackwardWeights, m}; }
+// The ops of one-stage-per-rank rank k: each op on stage k.
+std::vector<Op> on(int k, std::vector<Op> ops) {
+  for (auto& op : ops) op.stage = k;
+  return ops;
+}
 
 TEST(Schedule, OneFOneBWarmUpSteadyCoolDown) {
   const Schedule s = one_f_one_b(3, 4, Remat::Never);
   EXPECT_EQ(s.ops[0], (std::vector<Op>{F(0), F(1), F(2), B(0), F(3), B(1), B(2), B(3)}));
-  EXPECT_EQ(s.ops[1], (std::vector<Op>{F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)}));
-  EXPECT_EQ(s.ops[2], (std::vector<Op>{F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)}));
+  EXPECT_EQ(s.ops[1], on(1, {F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)}));
+  EXPECT_EQ(s.ops[2], on(2, {F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)}));
   // M < K: the warm-up is all M forwards.
   EXPECT_EQ(one_f_one_b(4, 2, Remat::Never).ops[0], (std::vector<Op>{F(0), F(1), B(0), B(1)}));
   const Schedule r = one_f_one_b(2, 2, Remat::ExceptLast);
   EXPECT_EQ(r.ops[0], (std::vector<Op>{F(0), F(1), R(0), B(0), B(1)}));
-  EXPECT_EQ(r.ops[1], (std::vector<Op>{F(0), R(0), B(0), F(1), B(1)}));
+  EXPECT_EQ(r.ops[1], on(1, {F(0), R(0), B(0), F(1), B(1)}));
   EXPECT_EQ(parse_schedule("1f1b", "x"), ScheduleKind::OneFOneB);
   EXPECT_EQ(to_string(ScheduleKind::FillDrain), "fill_drain");
   try {
@@ -46,16 +51,16 @@ TEST(Schedule, ZeroBubbleDefersWeightOps) {
   const Schedule s = zero_bubble(3, 4, Remat::Never);
   EXPECT_EQ(s.ops[0], (std::vector<Op>{F(0), F(1), F(2), I(0), W(0), F(3), I(1), W(1), I(2), W(2),
                                        I(3), W(3)}));
-  EXPECT_EQ(s.ops[1], (std::vector<Op>{F(0), F(1), I(0), F(2), I(1), W(0), F(3), I(2), W(1), I(3),
+  EXPECT_EQ(s.ops[1], on(1, {F(0), F(1), I(0), F(2), I(1), W(0), F(3), I(2), W(1), I(3),
                                        W(2), W(3)}));
-  EXPECT_EQ(s.ops[2], (std::vector<Op>{F(0), I(0), F(1), I(1), F(2), I(2), W(0), F(3), I(3), W(1),
+  EXPECT_EQ(s.ops[2], on(2, {F(0), I(0), F(1), I(1), F(2), I(2), W(0), F(3), I(3), W(1),
                                        W(2), W(3)}));
   // M < K.
   EXPECT_EQ(zero_bubble(4, 2, Remat::Never).ops[0], (std::vector<Op>{F(0), F(1), I(0), W(0), I(1), W(1)}));
-  EXPECT_EQ(zero_bubble(4, 2, Remat::Never).ops[3], (std::vector<Op>{F(0), I(0), F(1), I(1), W(0), W(1)}));
+  EXPECT_EQ(zero_bubble(4, 2, Remat::Never).ops[3], on(3, {F(0), I(0), F(1), I(1), W(0), W(1)}));
   const Schedule r = zero_bubble(2, 2, Remat::ExceptLast);
   EXPECT_EQ(r.ops[0], (std::vector<Op>{F(0), F(1), R(0), I(0), W(0), I(1), W(1)}));
-  EXPECT_EQ(r.ops[1], (std::vector<Op>{F(0), R(0), I(0), F(1), I(1), W(0), W(1)}));
+  EXPECT_EQ(r.ops[1], on(1, {F(0), R(0), I(0), F(1), I(1), W(0), W(1)}));
   // I and W each in micro-batch order on every cell (1F1B's backward order).
   for (int K = 1; K <= 6; ++K)
     for (int M = 1; M <= 13; ++M)

@@ -80,7 +80,11 @@ TEST(Schedule, FillDrain) {
                                     {OpKind::Backward, 1}, {OpKind::Backward, 0}};
   ASSERT_EQ(s.ops.size(), 2u);
   EXPECT_EQ(s.ops[0], expected);
-  EXPECT_EQ(s.ops[1], expected);
+  std::vector<Op> on_stage_1 = expected;
+  for (auto& op : on_stage_1) op.stage = 1;  // rank 1 runs stage 1
+  EXPECT_EQ(s.ops[1], on_stage_1);
+  EXPECT_EQ(s.stages, 2);
+  EXPECT_EQ(s.rank_of_stage, (std::vector<int>{0, 1}));
   EXPECT_EQ(s.rematerialized, (std::vector<bool>{false, false, false}));
 }
 

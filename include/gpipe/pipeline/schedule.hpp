@@ -49,17 +49,25 @@ char op_letter(OpKind kind);
 struct Op {
   OpKind kind;
   int micro_batch;
+  /// The stage this op runs (global index 0..Schedule::stages-1; its rank is
+  /// Schedule::rank_of_stage[stage]). With one stage per rank, the rank.
+  int stage = 0;
   bool operator==(const Op& other) const {
-    return kind == other.kind && micro_batch == other.micro_batch;
+    return kind == other.kind && micro_batch == other.micro_batch && stage == other.stage;
   }
 };
 
 struct Schedule {
-  int cells = 0;
+  int cells = 0;          ///< ranks of one pipeline (K)
+  int stages = 0;         ///< stages of the partition: K with one stage per rank, K x v with v chunks
   int micro_batches = 0;
+  /// The stage map: stage s runs on rank rank_of_stage[s]; stage s's input
+  /// comes from stage s - 1 (or the batch) and its output goes to stage s + 1
+  /// (or the loss). One stage per rank: the identity.
+  std::vector<int> rank_of_stage;
   /// Per micro-batch: true if its forward keeps only the cell input.
   std::vector<bool> rematerialized;
-  /// Per cell, the operations in execution order.
+  /// Per rank, the operations in execution order.
   std::vector<std::vector<Op>> ops;
 };
 
