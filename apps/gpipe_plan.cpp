@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -26,6 +27,9 @@
 #include "gpipe/train/plan.hpp"
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/sweep.hpp"
+#include "gpipe/predict/tune.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/schedule_v.hpp"
 
 namespace {
 
@@ -45,6 +49,11 @@ struct Options {
   double optimizer_gbytes = 0;
   std::string calibrate;  // write measured layer costs here (starts MPI and Kokkos)
   std::string costs;      // read measured layer costs from here
+  std::string schedule;   // --schedule: replaces pipeline.schedule (and any schedule file)
+  bool print = false;     // --print: write the schedule's op lists (a schedule file) to stdout
+  std::string tune;       // --tune FILE: write the tuned zero-bubble schedule here
+  int tune_in_flight = 0; // micro-batches of a rank's layers the tuned schedule may hold (0: K)
+  bool fused_w = false;   // --fused-w: price runs of consecutive W ops as one GEMM
 };
 
 // Micro-batch rows the prediction (or, with --sweep, every configuration of
@@ -150,9 +159,12 @@ void print_prediction(const gpipe::Prediction& p, const gpipe::Network& net) {
              p.ranks, p.replicas, p.cells, p.batch_size, p.micro_batches, p.micro_batch_rows, p.schedule, p.remat);
   fmt::print("  network {}: latency {:.3g} us, {:.3g} GB/s point-to-point, all-reduce {:.3g} GB/s\n", net.name,
              net.p2p.latency_s * 1e6, net.p2p.bytes_per_s * 1e-9, net.allreduce.bytes_per_s * 1e-9);
-  fmt::print("  step time {:.6g} s, {:.1f} samples/s, bubble {:.4f} (balanced-cell formula {:.4f}), "
+  fmt::print("  step time {:.6g} s, {:.1f} samples/s, bubble {:.4f} ({}), "
              "imbalance (max/mean busy) {:.3f}\n",
-             p.step_time_s, p.samples_per_s, p.bubble_fraction, p.bubble_analytical, p.imbalance);
+             p.step_time_s, p.samples_per_s, p.bubble_fraction,
+             p.bubble_analytical < 0 ? std::string("a schedule file: no formula")
+                                     : fmt::format("balanced-cell formula {:.4f}", p.bubble_analytical),
+             p.imbalance);
   fmt::print("  communication per step: {} MiB pipeline + {} MiB all-reduce = {} MiB\n", mib(p.pipeline_bytes),
              mib(p.allreduce_bytes), mib(p.comm_bytes));
   fmt::print("  {:>4} {:>9} {:>10} {:>10} {:>10} {:>8} {:>12} {:>12} {:>12}\n", "cell", "layers", "busy s",
@@ -229,6 +241,25 @@ int main(int argc, char** argv) {
       "starts MPI and Kokkos");
   app.add_option("--costs", o.costs, "Predict with the layer times of a --calibrate file")
       ->excludes(calibrate_option);
+  app.add_option("--schedule", o.schedule,
+                 "Predict (or --print) this schedule instead of the deck's: fill_drain, 1f1b, zero_bubble, zb_v, "
+                 "dualpipe_v");
+  app.add_flag("--print", o.print,
+               "Write the schedule's op lists to stdout as a schedule file (docs/file-formats.md, "
+               "\"Schedule files\"; one line per op: rank, stage, kind, micro-batch) instead of predicting");
+  auto* tune_option = app.add_option(
+      "--tune", o.tune,
+      "Build the zero-bubble schedule with the least simulated step from the per-stage F, I, W times "
+      "(synthetic keys, --costs/--calibrate measurements, or FLOPs) within --tune-in-flight, write it to "
+      "this schedule file and print the candidates against ZB-H1");
+  app.add_option("--tune-in-flight", o.tune_in_flight,
+                 "With --tune: micro-batches of a rank's layers it may hold at once (default K: ZB-H1's and "
+                 "1F1B's peak)")
+      ->check(CLI::PositiveNumber)
+      ->needs(tune_option);
+  app.add_flag("--fused-w", o.fused_w,
+               "Price each run of consecutive W ops of a stage as one weight-gradient GEMM over their stacked "
+               "rows (what a runner fusing them would run; today's runner does not)");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
   app.allow_extras();  // --kokkos-* options, with --calibrate
   try {
@@ -240,7 +271,19 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<gpipe::Runtime> runtime;
   try {
-    const gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
+    gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
+    if (!o.schedule.empty()) {
+      deck.pipeline.schedule = gpipe::parse_schedule(o.schedule, "--schedule");
+      deck.pipeline.schedule_file.clear();
+    }
+    if (o.print) {
+      const int cells = gpipe::grid_shape(deck, o.ranks).cells;
+      const gpipe::Schedule s = gpipe::deck_schedule(deck, cells);
+      gpipe::write_schedule(std::cout, s,
+                            deck.pipeline.schedule_file.empty() ? gpipe::to_string(deck.pipeline.schedule)
+                                                                : deck.pipeline.schedule_file);
+      return 0;
+    }
     gpipe::PredictOptions options;
     if (!o.calibrate.empty()) {
       const auto rows = needed_rows(deck, o.ranks, o.sweep);  // deck errors before MPI starts
@@ -252,8 +295,29 @@ int main(int argc, char** argv) {
       options.costs.measured = gpipe::measured_costs(gpipe::read_costs_file(o.costs), deck, o.costs);
     options.network = network_of(o, deck);
     options.optimizer_bytes_per_s = o.optimizer_gbytes * 1e9;
+    options.fuse_weight_runs = o.fused_w;
     options.costs.synthetic = gpipe::synthetic_layers(deck);
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
+    if (!o.tune.empty()) {
+      const int K = gpipe::grid_shape(deck, o.ranks).cells;
+      const auto t = gpipe::tune(deck, o.ranks, options, o.tune_in_flight > 0 ? o.tune_in_flight : K);
+      fmt::print("gpipe-plan: --tune (predicted, not measured) on {} ranks, K = {}, M = {}, at most {} "
+                 "micro-batches of a rank's layers in flight\n",
+                 o.ranks, K, deck.training.micro_batches, o.tune_in_flight > 0 ? o.tune_in_flight : K);
+      fmt::print("  {:<48} {:>12} {:>8} {:>8} {:>10}\n", "candidate", "step s", "bubble", "fits", "vs ZB-H1");
+      for (size_t i = 0; i < t.candidates.size(); ++i) {
+        const auto& c = t.candidates[i];
+        fmt::print("  {:<48} {:>12.6g} {:>8.4f} {:>8} {:>9.3f}x{}\n", c.name, c.step_s, c.bubble,
+                   c.fits ? "yes" : "no", t.zb_h1_step_s / c.step_s, int(i) == t.best ? "  <- written" : "");
+      }
+      if (t.best < 0) throw gpipe::InputError("--tune: no candidate fits the memory limit");
+      std::ofstream out(o.tune);
+      if (!out) throw gpipe::InputError(fmt::format("{}: --tune: cannot write the schedule file", o.tune));
+      gpipe::write_schedule(out, t.candidates[size_t(t.best)].schedule,
+                            "tuned: " + t.candidates[size_t(t.best)].name);
+      fmt::print("  wrote {} (run it with --set pipeline.schedule_file={})\n", o.tune, o.tune);
+      return 0;
+    }
     if (o.sweep) {
       const auto s = gpipe::sweep(deck, o.ranks, options, std::int64_t(o.memory_gib * double(1LL << 30)));
       if (o.json) {

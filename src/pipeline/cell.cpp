@@ -98,6 +98,10 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   for (auto& layer : layers_) max_features = std::max(max_features, layer->out_features());
 
   train_schedule_ = make_schedule(options.schedule, cells(), M, options.remat);
+  if (train_schedule_.stages != cells())  // every rank throws: none is left waiting
+    throw InputError(fmt::format("pipeline.schedule: {} runs {} stages on {} ranks; this runner runs one stage per "
+                                 "rank (gpipe-plan predicts and prints it)",
+                                 to_string(options.schedule), train_schedule_.stages, cells()));
   train_plan_ = plan_buffers(train_schedule_, rank());
   for (const Op& op : train_schedule_.ops[size_t(rank())]) {
     if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) last_backward_ = op.micro_batch;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/pipeline/schedule_v.hpp"
 
 namespace gpipe {
 
@@ -30,7 +31,10 @@ ScheduleKind parse_schedule(const std::string& text, const std::string& field) {
   if (text == "fill_drain") return ScheduleKind::FillDrain;
   if (text == "1f1b") return ScheduleKind::OneFOneB;
   if (text == "zero_bubble") return ScheduleKind::ZeroBubble;
-  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b or zero_bubble)",
+  if (text == "zb_v") return ScheduleKind::ZbV;
+  if (text == "dualpipe_v") return ScheduleKind::DualPipeV;
+  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b, zero_bubble, zb_v or "
+                               "dualpipe_v)",
                                field, text));
 }
 
@@ -39,6 +43,8 @@ std::string to_string(ScheduleKind kind) {
     case ScheduleKind::FillDrain: return "fill_drain";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::ZeroBubble: return "zero_bubble";
+    case ScheduleKind::ZbV: return "zb_v";
+    case ScheduleKind::DualPipeV: return "dualpipe_v";
   }
   return "?";
 }
@@ -131,6 +137,7 @@ Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
 }
 
 double bubble_fraction(ScheduleKind kind, int cells, int micro_batches) {
+  if (kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV) return bubble_fraction_v(kind, cells, micro_batches);
   const int work = kind == ScheduleKind::ZeroBubble ? 3 * micro_batches : micro_batches;
   return double(cells - 1) / double(work + cells - 1);
 }
@@ -140,6 +147,8 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);
     case ScheduleKind::ZeroBubble: return zero_bubble(cells, micro_batches, remat);
+    case ScheduleKind::ZbV: return zb_v(cells, micro_batches, remat);
+    case ScheduleKind::DualPipeV: return dualpipe_v(cells, micro_batches, remat);
   }
   return fill_drain(cells, micro_batches, remat);
 }

@@ -9,6 +9,8 @@
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/buffer_plan.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/schedule_memory.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
@@ -148,7 +150,28 @@ std::vector<BucketSpec> cell_buckets(const CellLayers& cell, const std::vector<O
 
 }  // namespace
 
+// The partition into the schedule's stages: the run's K-cell partition with
+// one stage per rank, else deck_partition over S stages with the costs the
+// balance mode uses (predicted layer times for "time", as partitioned_deck).
+Partition stage_partition(const Deck& deck, const RunPlan& plan, int stages, const PredictOptions& options) {
+  if (stages == plan.grid.cells) return plan.partition;
+  if (deck.pipeline.balance != "time" || !deck.pipeline.counts.empty())
+    return deck_partition(deck, stages, plan.costs);
+  std::vector<double> costs;
+  for (const auto& layer : model_shapes(deck.model)) {
+    const LayerSeconds t = options.costs.seconds(layer, plan.micro_batch);
+    costs.push_back(t.forward + t.backward_input + t.backward_weights);
+  }
+  return balance_min_max(costs, stages);
+}
+
 StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& options) {
+  const Deck deck = partitioned_deck(in_deck, ranks, options);
+  const RunPlan plan = plan_run(deck, ranks);
+  return step_input(in_deck, ranks, options, deck_schedule(deck, plan.grid.cells));
+}
+
+StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& options, const Schedule& schedule) {
   const Deck deck = partitioned_deck(in_deck, ranks, options);
   const RunPlan plan = plan_run(deck, ranks);
   const int K = plan.grid.cells, D = plan.grid.replicas, M = deck.training.micro_batches;
@@ -157,38 +180,86 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
   std::vector<std::int64_t> rows;
   for (const auto& mb : split_batch(largest_shard(deck, D), M)) rows.push_back(mb.size);
 
+  if (schedule.cells != K || schedule.micro_batches != M)
+    throw InputError(fmt::format("gpipe-plan: the schedule is for {} ranks and {} micro-batches, the deck runs K = {} "
+                                 "and M = {}",
+                                 schedule.cells, schedule.micro_batches, K, M));
   StepInput in;
-  in.schedule = make_schedule(deck.pipeline.schedule, K, M, deck.pipeline.remat);
+  in.schedule = schedule;
+  const int S = in.schedule.stages;
+  // A deck whose balance is an explicit list of K counts names cells, not
+  // the S > K stages of a multi-stage schedule: split by FLOPs then.
+  Deck stage_deck = in_deck;
+  if (S != K && stage_deck.pipeline.balance == "explicit" && int(stage_deck.pipeline.counts.size()) != S) {
+    stage_deck.pipeline.balance = "flops";
+    stage_deck.pipeline.counts.clear();
+  }
+  const Partition partition = S == K ? plan.partition : stage_partition(stage_deck, plan, S, options);
   in.link = options.network.p2p;
   in.allreduce = options.network.allreduce;
   in.replicas = D;
   in.deterministic_reduction = deck.parallel.deterministic_reduction;
-  for (int k = 0; k < K; ++k) {
-    CellLayers cell;
-    const int first = plan.partition.first_layer(k), count = plan.partition.counts[size_t(k)];
-    std::int64_t params = 0;
+  std::vector<CellLayers> stage_layers{size_t(S)};
+  std::vector<std::int64_t> params(size_t(K), 0);
+  for (int st = 0; st < S; ++st) {
+    CellLayers& cell = stage_layers[size_t(st)];
+    const int first = partition.first_layer(st), count = partition.counts[size_t(st)];
     for (int l = first; l < first + count; ++l) {
       cell.layers.push_back(&shapes[size_t(l)]);
       cell.splits.push_back(shapes[size_t(l)].entry && shapes[size_t(l)].entry->splits_backward);
-      params += shapes[size_t(l)].parameter_count();
+      params[size_t(in.schedule.rank_of_stage[size_t(st)])] += shapes[size_t(l)].parameter_count();
     }
     std::vector<OpSeconds> per_mb;
     for (int m = 0; m < M; ++m)
       per_mb.push_back(m > 0 && rows[size_t(m)] == rows[size_t(m - 1)] ? per_mb.back()
                                                                        : op_seconds(cell, options.costs, rows[size_t(m)]));
     in.seconds.push_back(per_mb);
-    if (k + 1 < K) {
+    std::int64_t kept = 0;  // outputs of the stage's layers, per sample
+    for (const LayerShape* l : cell.layers) kept += l->output.size();
+    in.activation_bytes.push_back(rows.front() * kept * scalar);
+    if (st + 1 < S) {
       const std::int64_t width = shapes[size_t(first + count - 1)].output.size();
       std::vector<std::int64_t> bytes;
       for (const auto r : rows) bytes.push_back(r * width * scalar);
       in.boundary_bytes.push_back(bytes);
     }
-    const double rate =
-        options.optimizer_bytes_per_s > 0 ? options.optimizer_bytes_per_s : optimizer_rate(deck.optimizer);
-    in.optimizer_s.push_back(double(params * scalar * optimizer_arrays(deck.optimizer)) / rate);
-    if (D > 1)
-      in.buckets.push_back(cell_buckets(cell, in.schedule.ops[size_t(k)], options.costs, rows,
-                                        deck.parallel.bucket_kib * 1024, scalar));
+  }
+  if (options.fuse_weight_runs)
+    for (const auto& ops : in.schedule.ops)
+      for (size_t i = 0; i < ops.size();) {
+        size_t j = i;
+        std::int64_t total = 0;
+        while (j < ops.size() && ops[j].kind == OpKind::BackwardWeights && ops[j].stage == ops[i].stage)
+          total += rows[size_t(ops[j].micro_batch)], ++j;
+        if (j - i > 1) {
+          const CellLayers& cell = stage_layers[size_t(ops[i].stage)];
+          const double w = op_seconds(cell, options.costs, total).backward_weights / double(j - i);
+          for (size_t q = i; q < j; ++q) in.seconds[size_t(ops[q].stage)][size_t(ops[q].micro_batch)].backward_weights = w;
+        }
+        i = std::max(j, i + 1);
+      }
+  const double rate =
+      options.optimizer_bytes_per_s > 0 ? options.optimizer_bytes_per_s : optimizer_rate(deck.optimizer);
+  for (int k = 0; k < K; ++k) {
+    in.optimizer_s.push_back(double(params[size_t(k)] * scalar * optimizer_arrays(deck.optimizer)) / rate);
+    if (D == 1) continue;
+    // The rank's buckets: each of its stages' (highest stage first), op
+    // indices mapped from the stage's own ops into the rank's list.
+    std::vector<BucketSpec> buckets;
+    const auto& ops = in.schedule.ops[size_t(k)];
+    for (int st = S - 1; st >= 0; --st) {
+      if (in.schedule.rank_of_stage[size_t(st)] != k) continue;
+      std::vector<Op> own;
+      std::vector<int> position;
+      for (int i = 0; i < int(ops.size()); ++i)
+        if (ops[size_t(i)].stage == st) own.push_back(ops[size_t(i)]), position.push_back(i);
+      for (BucketSpec b : cell_buckets(stage_layers[size_t(st)], own, options.costs, rows,
+                                       deck.parallel.bucket_kib * 1024, scalar)) {
+        b.op = position[size_t(b.op)];
+        buckets.push_back(b);
+      }
+    }
+    in.buckets.push_back(buckets);
   }
   return in;
 }
@@ -206,7 +277,8 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
   p.replicas = D;
   p.cells = K;
   p.micro_batches = M;
-  p.schedule = to_string(deck.pipeline.schedule);
+  p.schedule = deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.schedule)
+                                                   : "file " + deck.pipeline.schedule_file;
   p.remat = to_string(deck.pipeline.remat);
   p.network = options.network.name;
   p.batch_size = N;
@@ -215,7 +287,7 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
   p.step_time_s = p.timing.makespan;
   p.samples_per_s = p.step_time_s > 0 ? double(N) / p.step_time_s : 0.0;
   p.bubble_fraction = p.timing.bubble_fraction;
-  p.bubble_analytical = bubble_fraction(deck.pipeline.schedule, K, M);
+  p.bubble_analytical = deck.pipeline.schedule_file.empty() ? bubble_fraction(deck.pipeline.schedule, K, M) : -1.0;
   double busy_sum = 0, busy_max = 0;
   for (int k = 0; k < K; ++k) {
     const auto& t = p.timing.cells[size_t(k)];
@@ -225,7 +297,8 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
     c.busy_s = t.busy;
     c.reduce_exposed_s = t.reduce_exposed;
     c.idle_s = p.step_time_s - t.busy - t.reduce_exposed;
-    c.peak_micro_batches = plan_buffers(in.schedule, k).micro_batch.slots;
+    c.peak_micro_batches = in.schedule.stages == K ? plan_buffers(in.schedule, k).micro_batch.slots
+                                                   : peak_held(in.schedule, k);
     c.activation_bytes = plan.activation_bytes[size_t(k)];
     std::int64_t params = 0;
     for (int l = c.first_layer; l < c.first_layer + c.layers; ++l) params += shapes[size_t(l)].parameter_count();

@@ -31,17 +31,25 @@ double arrival(const LinkModel& link, double& wire_free, double sent, std::int64
 
 void check_sizes(const StepInput& in) {
   const Schedule& s = in.schedule;
-  const int K = s.cells, M = s.micro_batches;
+  const int K = s.cells, M = s.micro_batches, S = s.stages;
   const auto fail = [](const std::string& what) { throw std::invalid_argument("simulate_step: " + what); };
   if (K < 1 || M < 1 || int(s.ops.size()) != K) fail("the schedule has no cells or micro-batches");
-  if (int(in.seconds.size()) != K) fail("seconds must have one entry per cell");
+  if (S < K || int(s.rank_of_stage.size()) != S) fail("the schedule's stage map must have stages >= cells entries");
+  for (const int r : s.rank_of_stage)
+    if (r < 0 || r >= K) fail("the stage map names a rank outside 0..cells-1");
+  if (int(in.seconds.size()) != S) fail("seconds must have one entry per stage");
   for (const auto& c : in.seconds)
-    if (int(c.size()) != M) fail("seconds[cell] must have one entry per micro-batch");
-  if (K > 1 && int(in.boundary_bytes.size()) != K - 1) fail("boundary_bytes must have K-1 entries");
+    if (int(c.size()) != M) fail("seconds[stage] must have one entry per micro-batch");
+  if (S > 1 && int(in.boundary_bytes.size()) != S - 1) fail("boundary_bytes must have stages-1 entries");
   for (const auto& b : in.boundary_bytes)
     if (int(b.size()) != M) fail("boundary_bytes[b] must have one entry per micro-batch");
   if (!in.optimizer_s.empty() && int(in.optimizer_s.size()) != K) fail("optimizer_s must be empty or per cell");
   if (in.replicas > 1 && int(in.buckets.size()) != K) fail("buckets must have one entry per cell when D > 1");
+  for (int k = 0; k < K; ++k)
+    for (const Op& op : s.ops[size_t(k)])
+      if (op.stage < 0 || op.stage >= S || s.rank_of_stage[size_t(op.stage)] != k || op.micro_batch < 0 ||
+          op.micro_batch >= M)
+        fail("an op's stage or micro-batch is out of range or not on its rank (check_schedule names it)");
 }
 
 }  // namespace
@@ -49,24 +57,23 @@ void check_sizes(const StepInput& in) {
 StepTiming simulate_step(const StepInput& in) {
   check_sizes(in);
   const Schedule& s = in.schedule;
-  const int K = s.cells, M = s.micro_batches;
-  // [cell][m]: op index of F(m) and of the gradient-sending op (B or I) of m.
-  std::vector<std::vector<int>> forward_op(size_t(K), std::vector<int>(size_t(M), -1));
-  std::vector<std::vector<int>> gradient_op = forward_op;
-  for (int k = 0; k < K; ++k)
-    for (int i = 0; i < int(s.ops[size_t(k)].size()); ++i) {
-      const Op& op = s.ops[size_t(k)][size_t(i)];
-      if (op.kind == OpKind::Forward) forward_op[size_t(k)][size_t(op.micro_batch)] = i;
-      if (sends_gradient(op.kind)) gradient_op[size_t(k)][size_t(op.micro_batch)] = i;
-    }
+  const int K = s.cells, M = s.micro_batches, S = s.stages;
+  const auto rank = [&](int stage) { return s.rank_of_stage[size_t(stage)]; };
 
   StepTiming out;
   out.cells.resize(size_t(K));
-  // [k][m]: arrival of m's activation at cell k (from k-1) and of its
-  // gradient at cell k (from k+1); negative: not sent yet.
-  std::vector<std::vector<double>> act_arrival(size_t(K), std::vector<double>(size_t(M), -1));
+  // [stage][m]: arrival of m's activation at the stage (from stage - 1) and
+  // of its gradient (from stage + 1); negative: not sent yet. Between stages
+  // of one rank a message is a local hand-over: it arrives when sent.
+  std::vector<std::vector<double>> act_arrival(size_t(S), std::vector<double>(size_t(M), -1));
   std::vector<std::vector<double>> grad_arrival = act_arrival;
-  std::vector<double> forward_wire(size_t(K), 0), backward_wire(size_t(K), 0);  // [sender]
+  // [sender * K + receiver]: one wire per direction of each rank pair, so
+  // with one stage per rank the forward and backward wires of today.
+  std::vector<double> wire(size_t(K) * size_t(K), 0);
+  const auto send = [&](int from_stage, int to_stage, double end, std::int64_t bytes) {
+    const int a = rank(from_stage), b = rank(to_stage);
+    return a == b ? end : arrival(in.link, wire[size_t(a) * size_t(K) + size_t(b)], end, bytes);
+  };
   std::vector<int> next(size_t(K), 0);
   std::vector<double> free_at(size_t(K), 0);
   for (int k = 0; k < K; ++k) out.cells[size_t(k)].ops.resize(s.ops[size_t(k)].size());
@@ -84,25 +91,24 @@ StepTiming simulate_step(const StepInput& in) {
         const int i = next[size_t(k)];
         const Op& op = ops[size_t(i)];
         const auto m = size_t(op.micro_batch);
+        const auto st = size_t(op.stage);
         double ready = free_at[size_t(k)];
-        if (op.kind == OpKind::Forward && k > 0) {
-          if (act_arrival[size_t(k)][m] < 0) break;
-          ready = std::max(ready, act_arrival[size_t(k)][m]);
+        if (op.kind == OpKind::Forward && op.stage > 0) {
+          if (act_arrival[st][m] < 0) break;
+          ready = std::max(ready, act_arrival[st][m]);
         }
-        if (sends_gradient(op.kind) && k < K - 1) {
-          if (grad_arrival[size_t(k)][m] < 0) break;
-          ready = std::max(ready, grad_arrival[size_t(k)][m]);
+        if (sends_gradient(op.kind) && op.stage < S - 1) {
+          if (grad_arrival[st][m] < 0) break;
+          ready = std::max(ready, grad_arrival[st][m]);
         }
-        const double end = ready + in.seconds[size_t(k)][m].of(op.kind);
+        const double end = ready + in.seconds[st][m].of(op.kind);
         cell.ops[size_t(i)] = {ready, end};
         cell.busy += end - ready;
         free_at[size_t(k)] = end;
-        if (op.kind == OpKind::Forward && k < K - 1)
-          act_arrival[size_t(k + 1)][m] =
-              arrival(in.link, forward_wire[size_t(k)], end, in.boundary_bytes[size_t(k)][m]);
-        if (sends_gradient(op.kind) && k > 0)
-          grad_arrival[size_t(k - 1)][m] =
-              arrival(in.link, backward_wire[size_t(k)], end, in.boundary_bytes[size_t(k - 1)][m]);
+        if (op.kind == OpKind::Forward && op.stage < S - 1)
+          act_arrival[st + 1][m] = send(op.stage, op.stage + 1, end, in.boundary_bytes[st][m]);
+        if (sends_gradient(op.kind) && op.stage > 0)
+          grad_arrival[st - 1][m] = send(op.stage, op.stage - 1, end, in.boundary_bytes[st - 1][m]);
         ++next[size_t(k)];
         progress = true;
       }
@@ -112,8 +118,8 @@ StepTiming simulate_step(const StepInput& in) {
     if (next[size_t(k)] < int(s.ops[size_t(k)].size())) {
       const Op& op = s.ops[size_t(k)][size_t(next[size_t(k)])];
       throw std::logic_error("simulate_step: the schedule deadlocks: cell " + std::to_string(k) +
-                             " waits forever at " + op_letter(op.kind) + "(" +
-                             std::to_string(op.micro_batch) + ")");
+                             " waits forever at " + op_letter(op.kind) + "(" + std::to_string(op.micro_batch) +
+                             ")" + (S > K ? " of stage " + std::to_string(op.stage) : std::string()));
     }
 
   for (int k = 0; k < K; ++k) {

@@ -13,6 +13,7 @@
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
@@ -55,6 +56,12 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
   const std::string mode = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
   if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
+  if (!deck.pipeline.schedule_file.empty()) {  // every rank, before any traffic: none is left waiting
+    const Schedule file = deck_schedule(deck, K);  // throws naming the file and its first bad op
+    throw InputError(fmt::format("{}: pipeline.schedule_file: a valid schedule of {} stages on {} ranks, but this "
+                                 "runner runs only pipeline.schedule's generators (issue 23's Runner runs files)",
+                                 deck.pipeline.schedule_file, file.stages, file.cells));
+  }
   costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
   partition_ = deck_partition(deck, K, costs_);
   tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie

@@ -41,7 +41,10 @@ struct PipelineSpec {
   std::string balance = "params";   ///< params | flops | time | explicit
   std::vector<int> counts;          ///< explicit: layers per cell
   Remat remat = Remat::Never;
-  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (fill_drain | 1f1b)
+  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (fill_drain | 1f1b | ...)
+  /// pipeline.schedule_file: a schedule file (pipeline/schedule_file.hpp)
+  /// that replaces `schedule` ("" = none); relative to the working directory.
+  std::string schedule_file;
   LinkSpec link;                    ///< pipeline.link (off by default)
 };
 

@@ -24,9 +24,12 @@ enum class ScheduleKind {
   FillDrain,  ///< GPipe: all forwards, then all backwards (Huang et al. 2019, Fig. 2c)
   OneFOneB,   ///< PipeDream-flush 1F1B (Narayanan et al. 2021): at most K - k micro-batches in flight on cell k
   ZeroBubble, ///< ZB-H1 (Qi et al. 2023): backward split into B and W, W ops fill the drain bubble
+  ZbV,        ///< ZB-V (Qi et al. 2024, sec. 6): 2 stages per rank in a V, B/W split (pipeline/schedule_v.hpp)
+  DualPipeV,  ///< DualPipeV (deepseek-ai/DualPipe): 2 stages per rank in a V (pipeline/schedule_v.hpp)
 };
 
-/// Parses "fill_drain" | "1f1b" | "zero_bubble"; throws InputError naming `field`.
+/// Parses "fill_drain" | "1f1b" | "zero_bubble" | "zb_v" | "dualpipe_v";
+/// throws InputError naming `field`.
 ScheduleKind parse_schedule(const std::string& text, const std::string& field);
 std::string to_string(ScheduleKind kind);
 
@@ -104,6 +107,8 @@ Schedule zero_bubble(int cells, int micro_batches, Remat remat);
 /// zero_bubble, equal F, B and W times: (K-1)/(M+K-1) for fill_drain and
 /// 1f1b; (K-1)/(3M+K-1) for zero_bubble (ZB-H1's bubble (K-1)(T_F+T_B-T_W)
 /// over a step of M(T_F+T_B+T_W) busy time per cell, Qi et al. 2023 sec. 3.1).
+/// zb_v and dualpipe_v (balanced stages, F = I = W per stage): see
+/// pipeline/schedule_v.hpp (bubble_fraction_v).
 double bubble_fraction(ScheduleKind kind, int cells, int micro_batches);
 
 /// The training schedule of `kind`.

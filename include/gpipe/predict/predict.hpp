@@ -43,6 +43,13 @@ struct PredictOptions {
   /// AdamW 7. 0: this machine's measured rate for the deck's optimizer
   /// (optimizer_rate).
   double optimizer_bytes_per_s = 0;
+  /// Price each run of consecutive W ops of one stage in a rank's list (no
+  /// other op between them) as one weight-gradient pass over their stacked
+  /// rows (the splitting layers' W at the run's total rows, shared equally by
+  /// its ops), as a runner that fuses such runs into one GEMM would run
+  /// them (the whole-batch W's advantage, docs/design.md). Off: every W at
+  /// its own micro-batch's rows, as today's runner does.
+  bool fuse_weight_runs = false;
 };
 
 /// The optimizer step's rate on the development machine, bytes of its
@@ -74,7 +81,7 @@ struct Prediction {
   double step_time_s = 0;
   double samples_per_s = 0;         ///< N / step time
   double bubble_fraction = 0;       ///< simulated, as the traces measure it
-  double bubble_analytical = 0;     ///< bubble_fraction(schedule, K, M), balanced cells
+  double bubble_analytical = 0;     ///< bubble_fraction(schedule, K, M), balanced cells (-1: a schedule file)
   double imbalance = 0;             ///< max / mean of the cells' busy time
   /// Bytes sent by all ranks in one step: pipeline boundaries (activation
   /// and gradient of every sample at every boundary of every replica) and
@@ -96,7 +103,16 @@ struct Prediction {
 /// a shard smaller than M).
 Prediction predict(const Deck& deck, int ranks, const PredictOptions& options);
 
-/// The StepInput predict() simulates (exposed for tests and tools).
+/// The StepInput predict() simulates (exposed for tests and tools): the
+/// deck's schedule (deck_schedule: pipeline.schedule_file, else the
+/// generator of pipeline.schedule), its stages partitioned as the deck's
+/// balance mode says (a K-cell explicit list does not fit K x v stages: then
+/// by FLOPs).
 StepInput step_input(const Deck& deck, int ranks, const PredictOptions& options);
+
+/// As step_input, simulating `schedule` (cells K and micro-batches M of the
+/// deck on `ranks` ranks, else InputError) with its stage map: the op times
+/// of each of its stages from the partition into schedule.stages stages.
+StepInput step_input(const Deck& deck, int ranks, const PredictOptions& options, const Schedule& schedule);
 
 }  // namespace gpipe

@@ -36,14 +36,20 @@ struct BucketSpec {
 /// Everything one step's simulation needs.
 struct StepInput {
   Schedule schedule;  ///< the op lists (make_schedule)
-  /// [cell][micro-batch]: op durations, seconds.
+  /// [stage][micro-batch]: op durations, seconds (one stage per cell: [cell]).
   std::vector<std::vector<OpSeconds>> seconds;
-  /// [boundary b = 0..K-2][micro-batch]: bytes of micro-batch m's activation
-  /// sent by cell b to cell b+1 in its F (or recompute-free) op; its gradient,
-  /// sent back by cell b+1's B or I op, has the same size.
+  /// [boundary b = 0..stages-2][micro-batch]: bytes of micro-batch m's
+  /// activation sent by stage b to stage b+1 in its F op; its gradient, sent
+  /// back by stage b+1's B or I op, has the same size. Between two stages of
+  /// one rank (the schedule's stage map) nothing crosses a wire: the message
+  /// arrives when it is sent.
   std::vector<std::vector<std::int64_t>> boundary_bytes;
-  /// Point-to-point link between neighbouring cells; each direction of each
-  /// boundary is one Wire (pipeline/link.hpp): a message handed over at s
+  /// [stage]: bytes one micro-batch (the largest) keeps on its stage from
+  /// F(m) to its last op, estimated as its layers' outputs (what
+  /// gpipe-plan --tune limits; not used by simulate_step). May be empty.
+  std::vector<std::int64_t> activation_bytes;
+  /// Point-to-point link between ranks; each direction of each pair of
+  /// ranks is one Wire (pipeline/link.hpp): a message handed over at s
   /// arrives at max(s, wire free) + bytes / bandwidth + latency. Disabled
   /// (bytes_per_s = 0): arrival = s + latency_s.
   LinkModel link;
@@ -88,10 +94,12 @@ struct StepTiming {
   double bubble_fraction = 0;
 };
 
-/// Replays `input.schedule` event by event: each cell runs its ops in order;
-/// an op starts when its cell is free and, for a receiving op (F on cells >
-/// 0, B or I on cells < K-1), when the message of the sending op (the same
-/// micro-batch's F on the previous cell, B or I on the next) has arrived.
+/// Replays `input.schedule` event by event: each cell (rank) runs its ops in
+/// order; an op starts when its cell is free and, for a receiving op (F of
+/// stage s > 0, B or I of stage s < stages-1), when the message of the
+/// sending op (the same micro-batch's F of stage s-1, B or I of stage s+1)
+/// has arrived: multi-stage schedules (V shapes, chunks) replay with their
+/// stage map.
 /// Then the buckets are reduced and the optimizer runs. Throws
 /// std::invalid_argument when sizes disagree with the schedule and
 /// std::logic_error when the op lists deadlock (no cell can proceed).

@@ -1,0 +1,150 @@
+#include "gpipe/pipeline/schedule_file.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/pipeline/schedule_check.hpp"
+
+namespace gpipe {
+
+namespace {
+
+constexpr const char* kFormat = "gpipe-schedule/1";
+
+std::string where(const std::string& source, const YAML::Node& n) {
+  const auto mark = n.Mark();
+  return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
+}
+
+template <class T>
+T as(const YAML::Node& n, const std::string& source, const std::string& field, const std::string& expected) {
+  try {
+    if (!n.IsScalar()) throw YAML::Exception(n.Mark(), "not a scalar");
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    throw InputError(fmt::format("{}: {}: expected {}, got '{}'", where(source, n), field, expected,
+                                 n.IsScalar() ? n.Scalar() : std::string("a list or map")));
+  }
+}
+
+OpKind kind_of(const std::string& letter, bool& ok) {
+  ok = true;
+  for (const OpKind k : {OpKind::Forward, OpKind::Recompute, OpKind::Backward, OpKind::BackwardInput,
+                         OpKind::BackwardWeights})
+    if (letter.size() == 1 && letter[0] == op_letter(k)) return k;
+  ok = false;
+  return OpKind::Forward;
+}
+
+}  // namespace
+
+void write_schedule(std::ostream& out, const Schedule& s, const std::string& name) {
+  out << "# gpipe schedule (docs/file-formats.md, \"Schedule files\"): ops as [rank, stage, kind, micro-batch],\n"
+      << "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half\n";
+  out << "format: " << kFormat << "\n";
+  out << "name: " << (name.empty() ? "unnamed" : name) << "\n";
+  out << fmt::format("cells: {}\nstages: {}\nmicro_batches: {}\n", s.cells, s.stages, s.micro_batches);
+  out << "rank_of_stage: [" << fmt::format("{}", fmt::join(s.rank_of_stage, ", ")) << "]\n";
+  out << "rematerialized: [";
+  for (size_t m = 0; m < s.rematerialized.size(); ++m) out << (m ? ", " : "") << (s.rematerialized[m] ? "true" : "false");
+  out << "]\nops:\n";
+  for (size_t r = 0; r < s.ops.size(); ++r)
+    for (const Op& op : s.ops[r])
+      out << fmt::format("  - [{}, {}, {}, {}]\n", r, op.stage, op_letter(op.kind), op.micro_batch);
+}
+
+Schedule parse_schedule_file(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw InputError(fmt::format("{}:{}:{}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (!root.IsMap()) throw InputError(fmt::format("{}: expected a schedule file (a map with format: {})", source, kFormat));
+  const std::set<std::string> known{"format", "name", "cells", "stages", "micro_batches", "rank_of_stage",
+                                    "rematerialized", "ops"};
+  for (const auto& kv : root) {
+    const auto key = kv.first.as<std::string>();
+    if (!known.count(key))
+      throw InputError(fmt::format("{}: unknown key '{}' (expected format, name, cells, stages, micro_batches, "
+                                   "rank_of_stage, rematerialized, ops)",
+                                   where(source, kv.first), key));
+  }
+  const auto required = [&](const std::string& key) {
+    const YAML::Node n = root[key];
+    if (!n) throw InputError(fmt::format("{}: missing key '{}'", source, key));
+    return n;
+  };
+  const YAML::Node format = required("format");
+  if (as<std::string>(format, source, "format", kFormat) != kFormat)
+    throw InputError(fmt::format("{}: format: expected {}, got '{}'", where(source, format), kFormat, format.Scalar()));
+  Schedule s;
+  s.cells = as<int>(required("cells"), source, "cells", "an integer");
+  s.stages = as<int>(required("stages"), source, "stages", "an integer");
+  s.micro_batches = as<int>(required("micro_batches"), source, "micro_batches", "an integer");
+  const auto list = [&](const std::string& key) {
+    const YAML::Node n = required(key);
+    if (!n.IsSequence()) throw InputError(fmt::format("{}: {}: expected a list", where(source, n), key));
+    return n;
+  };
+  const YAML::Node map = list("rank_of_stage");
+  for (size_t i = 0; i < map.size(); ++i)
+    s.rank_of_stage.push_back(as<int>(map[i], source, fmt::format("rank_of_stage[{}]", i), "a rank (integer)"));
+  const YAML::Node remat = list("rematerialized");
+  for (size_t i = 0; i < remat.size(); ++i)
+    s.rematerialized.push_back(as<bool>(remat[i], source, fmt::format("rematerialized[{}]", i), "true or false"));
+  if (s.cells < 1 || s.cells > (1 << 20))
+    throw InputError(fmt::format("{}: cells: expected 1..{}, got {}", where(source, root["cells"]), 1 << 20, s.cells));
+  s.ops.resize(size_t(s.cells));
+  const YAML::Node ops = list("ops");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const YAML::Node op = ops[i];
+    const std::string field = fmt::format("ops[{}]", i);
+    if (!op.IsSequence() || op.size() != 4)
+      throw InputError(fmt::format("{}: {}: expected [rank, stage, kind, micro-batch]", where(source, op), field));
+    const int rank = as<int>(op[0], source, field + " rank", "an integer");
+    const int stage = as<int>(op[1], source, field + " stage", "an integer");
+    const auto letter = as<std::string>(op[2], source, field + " kind", "F, R, B, I or W");
+    const int m = as<int>(op[3], source, field + " micro-batch", "an integer");
+    bool ok = false;
+    const OpKind kind = kind_of(letter, ok);
+    if (!ok) throw InputError(fmt::format("{}: {} kind: expected F, R, B, I or W, got '{}'", where(source, op[2]), field, letter));
+    if (rank < 0 || rank >= s.cells)
+      throw InputError(fmt::format("{}: {} rank: {} outside 0..{}", where(source, op[0]), field, rank, s.cells - 1));
+    s.ops[size_t(rank)].push_back({kind, m, stage});
+  }
+  check_schedule(s, source);
+  return s;
+}
+
+Schedule load_schedule(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open schedule file (missing or unreadable)", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_schedule_file(text.str(), path);
+}
+
+Schedule deck_schedule(const Deck& deck, int cells) {
+  const int M = deck.training.micro_batches;
+  if (deck.pipeline.schedule_file.empty()) {
+    Schedule s = make_schedule(deck.pipeline.schedule, cells, M, deck.pipeline.remat);
+    check_schedule(s, "pipeline.schedule " + to_string(deck.pipeline.schedule));
+    return s;
+  }
+  const std::string& path = deck.pipeline.schedule_file;
+  Schedule s = load_schedule(path);
+  if (s.cells != cells || s.micro_batches != M)
+    throw InputError(fmt::format("{}: pipeline.schedule_file: the schedule is for {} ranks and {} micro-batches, "
+                                 "the run has K = {} and training.micro_batches = {}",
+                                 path, s.cells, s.micro_batches, cells, M));
+  return s;
+}
+
+}  // namespace gpipe

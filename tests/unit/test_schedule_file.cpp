@@ -1,0 +1,223 @@
+// Schedules as files (pipeline/schedule_file.hpp): the exact text, a round
+// trip for every generator, errors naming the file, line and first bad op,
+// deck_schedule; gpipe-plan's model on the V schedules (a synthetic deck,
+// exact) and --tune against ZB-H1 (predict/tune.hpp).
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/pipeline/schedule_check.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/schedule_memory.hpp"
+#include "gpipe/pipeline/schedule_v.hpp"
+#include "gpipe/predict/predict.hpp"
+#include "gpipe/predict/tune.hpp"
+
+namespace gpipe {
+namespace {
+
+std::string file_text(const Schedule& s, const std::string& name) {
+  std::ostringstream out;
+  write_schedule(out, s, name);
+  return out.str();
+}
+
+std::string error_of(const std::string& text, const std::string& source = "s.yaml") {
+  try {
+    parse_schedule_file(text, source);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ScheduleFile, ExactText) {
+  EXPECT_EQ(file_text(zb_v(1, 1, Remat::Never), "zb_v"),
+            "# gpipe schedule (docs/file-formats.md, \"Schedule files\"): ops as [rank, stage, kind, micro-batch],\n"
+            "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half\n"
+            "format: gpipe-schedule/1\n"
+            "name: zb_v\n"
+            "cells: 1\n"
+            "stages: 2\n"
+            "micro_batches: 1\n"
+            "rank_of_stage: [0, 0]\n"
+            "rematerialized: [false]\n"
+            "ops:\n"
+            "  - [0, 0, F, 0]\n"
+            "  - [0, 1, F, 0]\n"
+            "  - [0, 1, I, 0]\n"
+            "  - [0, 0, I, 0]\n"
+            "  - [0, 1, W, 0]\n"
+            "  - [0, 0, W, 0]\n");
+}
+
+TEST(ScheduleFile, RoundTripsEveryGenerator) {
+  for (const auto kind : {ScheduleKind::FillDrain, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble,
+                          ScheduleKind::ZbV, ScheduleKind::DualPipeV})
+    for (const auto remat : {Remat::Never, Remat::ExceptLast}) {
+      const Schedule s = make_schedule(kind, 3, 7, remat);
+      const Schedule back = parse_schedule_file(file_text(s, to_string(kind)), "s.yaml");
+      EXPECT_EQ(back.cells, s.cells);
+      EXPECT_EQ(back.stages, s.stages);
+      EXPECT_EQ(back.micro_batches, s.micro_batches);
+      EXPECT_EQ(back.rank_of_stage, s.rank_of_stage);
+      EXPECT_EQ(back.rematerialized, s.rematerialized);
+      EXPECT_EQ(back.ops, s.ops) << to_string(kind);
+    }
+}
+
+TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
+  const std::string good = file_text(one_f_one_b(2, 2, Remat::Never), "1f1b");
+  // Lines 11.. are the ops: rank 0's F0 F1 B0 B1, then rank 1's F0 B0 F1 B1.
+  EXPECT_EQ(error_of(good), "(no error)");
+  std::string bad_kind = good;
+  bad_kind.replace(bad_kind.find("[0, 0, B, 0]"), 12, "[0, 0, X, 0]");
+  EXPECT_EQ(error_of(bad_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I or W, got 'X'");
+  std::string bad_rank = good;
+  bad_rank.replace(bad_rank.find("[1, 1, F, 0]"), 12, "[2, 1, F, 0]");
+  EXPECT_EQ(error_of(bad_rank), "s.yaml:15:6: ops[4] rank: 2 outside 0..1");
+  std::string twice = good;
+  twice.replace(twice.find("[1, 1, B, 1]"), 12, "[1, 1, B, 0]");
+  EXPECT_EQ(error_of(twice), "s.yaml: rank 1, op 3 (B(0) of stage 1): runs twice (first at rank 1, op 1)");
+  std::string three = good;
+  three.replace(three.find("[0, 0, F, 1]"), 12, "[0, 0, F]");
+  EXPECT_EQ(error_of(three), "s.yaml:12:5: ops[1]: expected [rank, stage, kind, micro-batch]");
+  EXPECT_EQ(error_of(good + "extra: 1\n"), "s.yaml:19:1: unknown key 'extra' (expected format, name, cells, stages, "
+                                           "micro_batches, rank_of_stage, rematerialized, ops)");
+  std::string format = good;
+  format.replace(format.find("gpipe-schedule/1"), 16, "gpipe-schedule/2");
+  EXPECT_EQ(error_of(format), "s.yaml:3:9: format: expected gpipe-schedule/1, got 'gpipe-schedule/2'");
+  EXPECT_EQ(error_of("ops: [\n"), "s.yaml:2:1: end of sequence flow not found");
+  try {
+    load_schedule("/nonexistent/s.yaml");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "/nonexistent/s.yaml: cannot open schedule file (missing or unreadable)");
+  }
+}
+
+TEST(ScheduleFile, DeckScheduleLoadsAndChecksTheFile) {
+  const std::string path = ::testing::TempDir() + "gpipe_schedule_file_test.yaml";
+  {
+    std::ofstream out(path);
+    write_schedule(out, dualpipe_v(2, 4, Remat::Never), "dualpipe_v");
+  }
+  Deck deck;
+  deck.training.micro_batches = 4;
+  deck.pipeline.schedule_file = path;
+  const Schedule s = deck_schedule(deck, 2);
+  EXPECT_EQ(s.ops, dualpipe_v(2, 4, Remat::Never).ops);
+  try {
+    deck_schedule(deck, 4);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": pipeline.schedule_file: the schedule is for 2 ranks and 4 "
+                                            "micro-batches, the run has K = 4 and training.micro_batches = 4");
+  }
+  deck.pipeline.schedule_file.clear();
+  deck.pipeline.schedule = ScheduleKind::ZbV;
+  EXPECT_EQ(deck_schedule(deck, 2).ops, zb_v(2, 4, Remat::Never).ops);
+  std::remove(path.c_str());
+}
+
+// Per-stage buffer plans of a V schedule: the plan of each stage's own ops,
+// indices into its rank's list; zb_v holds at most 2K stage micro-batches per
+// rank (1F1B's K micro-batches of a rank's layers).
+TEST(ScheduleMemory, StagePlansOfTheV) {
+  const Schedule s = zb_v(2, 4, Remat::Never);
+  // Rank 0 (stages 0, 3) allocates 3 + 1, rank 1 (stages 1, 2) 3 + 2 stage
+  // micro-batches: separate pools per stage, above the joint peak of 4.
+  EXPECT_EQ(stage_slots(s), (std::vector<int>{3, 3, 2, 1}));
+  EXPECT_EQ(peak_held(s, 0), 4);
+  EXPECT_EQ(peak_held(s, 1), 4);
+  const CellBufferPlan p = plan_stage_buffers(s, 3);  // rank 0's second stage
+  EXPECT_EQ(s.ops[0][size_t(p.micro_batch.first[0])], (Op{OpKind::Forward, 0, 3}));
+  EXPECT_EQ(s.ops[0][size_t(p.micro_batch.last[0])], (Op{OpKind::BackwardWeights, 0, 3}));
+  for (int K = 1; K <= 8; ++K)
+    for (const int M : {K, 2 * K, 3 * K}) {
+      const Schedule v = zb_v(K, M, Remat::Never);
+      for (int r = 0; r < K; ++r) EXPECT_LE(peak_held(v, r), 2 * K) << "K=" << K << " M=" << M;
+      EXPECT_EQ(peak_held(one_f_one_b(K, M, Remat::Never), 0), std::min(M, K));
+    }
+  // One stage per rank: the stage plan is the cell plan.
+  const Schedule z = zero_bubble(3, 5, Remat::Always);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(plan_stage_buffers(z, k).micro_batch.slot, plan_buffers(z, k).micro_batch.slot);
+    EXPECT_EQ(plan_stage_buffers(z, k).activations.free_after, plan_buffers(z, k).activations.free_after);
+  }
+}
+
+// 8 synthetic layers, F = I = W = 10 us per sample, N = 64 in M = 8
+// micro-batches of 8 rows, no communication or optimizer cost, K = 2 ranks.
+Deck synthetic_deck(const std::string& schedule) {
+  std::string layers;
+  for (int l = 0; l < 8; ++l) layers += "    - {type: synthetic, units: 8, forward_us: 10, params: 100}\n";
+  return parse_deck("model:\n  input: 8\n  layers:\n" + layers +
+                        "data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}\n"
+                        "training: {epochs: 1, batch_size: 64, micro_batches: 8}\n"
+                        "pipeline: {schedule: " +
+                        schedule + "}\n",
+                    "deck.yaml");
+}
+
+PredictOptions exact_options(const Deck& deck) {
+  PredictOptions options;
+  options.costs.synthetic = synthetic_layers(deck);
+  options.network.p2p = options.network.allreduce = LinkModel{};
+  options.optimizer_bytes_per_s = 1e300;
+  return options;
+}
+
+TEST(PredictV, SyntheticDeckIsExact) {
+  // zb_v and dualpipe_v: 4 stages of 2 layers, 160 us per op; the step is
+  // 6M + K - 1 = 49 ops (idle (K-1)/(6M+K-1) = 1/49). zero_bubble: 2 cells
+  // of 4 layers, 320 us per op, 3M + K - 1 = 25 ops.
+  for (const std::string name : {"zb_v", "dualpipe_v"}) {
+    const Deck deck = synthetic_deck(name);
+    const Prediction p = predict(deck, 2, exact_options(deck));
+    EXPECT_NEAR(p.step_time_s, 49 * 160e-6, 1e-15) << name;
+    EXPECT_NEAR(p.bubble_fraction, 1.0 / 49, 1e-12) << name;
+    EXPECT_NEAR(p.bubble_analytical, 1.0 / 49, 1e-12) << name;
+    EXPECT_EQ(p.cells_detail[0].parameter_bytes, 4 * 400);
+  }
+  const Deck zb = synthetic_deck("zero_bubble");
+  EXPECT_NEAR(predict(zb, 2, exact_options(zb)).step_time_s, 25 * 320e-6, 1e-15);
+}
+
+TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
+  for (const std::string weights : {"10", "4", "30"}) {
+    // F 10, I 10, W `weights` us per sample: ZB-H1's lag of k micro-batches
+    // fits only W = F = I.
+    std::string layers;
+    for (int l = 0; l < 8; ++l)
+      layers += "    - {type: synthetic, units: 8, forward_us: 10, params: 100, backward_weights_us: " + weights + "}\n";
+    const Deck deck = parse_deck("model:\n  input: 8\n  layers:\n" + layers +
+                                     "data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}\n"
+                                     "training: {epochs: 1, batch_size: 64, micro_batches: 8}\n"
+                                     "pipeline: {schedule: zero_bubble}\n",
+                                 "deck.yaml");
+    const TuneResult t = tune(deck, 4, exact_options(deck), 4);
+    ASSERT_GE(t.best, 0);
+    const TuneCandidate& best = t.candidates[size_t(t.best)];
+    EXPECT_EQ(t.candidates.front().name, "zero_bubble (ZB-H1)");
+    EXPECT_LE(best.step_s, t.zb_h1_step_s) << weights;
+    for (const auto& c : t.candidates) {
+      EXPECT_NO_THROW(check_schedule(c.schedule)) << c.name;
+      if (!c.fits) continue;
+      // Equal layers: a rank's two V stages keep what its one cell keeps.
+      EXPECT_EQ(c.limit_bytes, t.limit_bytes) << c.name;
+      const StepInput in = step_input(deck, 4, exact_options(deck), c.schedule);
+      for (int r = 0; r < 4; ++r)
+        EXPECT_LE(peak_activation_bytes(c.schedule, in.activation_bytes, r), c.limit_bytes[size_t(r)]) << c.name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpipe
