@@ -18,6 +18,7 @@
 #include "gpipe/pipeline/schedule_v.hpp"
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/tune.hpp"
+#include "gpipe/model/shapes.hpp"
 
 namespace gpipe {
 namespace {
@@ -217,6 +218,44 @@ TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
         EXPECT_LE(peak_activation_bytes(c.schedule, in.activation_bytes, r), c.limit_bytes[size_t(r)]) << c.name;
     }
   }
+}
+
+// --fused-w: a run of consecutive W ops of one stage is priced as one W
+// pass over their stacked rows, shared equally; W ops apart keep their own.
+TEST(PredictV, FusedWeightRunsArePricedAtTheirStackedRows) {
+  const Deck deck = parse_deck(R"(model:
+  input: 16
+  layers:
+    - {type: dense, units: 32}
+    - {type: relu}
+    - {type: dense, units: 10}
+data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}
+training: {epochs: 1, batch_size: 16, micro_batches: 2}
+pipeline: {balance: flops}
+)",
+                               "deck.yaml");
+  PredictOptions options;
+  options.costs.rate = RateCurve::parse("1:10,64:40", "--gflops");  // faster GEMMs at more rows
+  options.fuse_weight_runs = true;
+  Schedule batch_w = fill_drain(1, 2, Remat::Never);  // F0 F1 I1 I0 W1 W0: one run of two W
+  batch_w.ops[0] = {{OpKind::Forward, 0, 0},        {OpKind::Forward, 1, 0},
+                    {OpKind::BackwardInput, 1, 0},  {OpKind::BackwardInput, 0, 0},
+                    {OpKind::BackwardWeights, 1, 0}, {OpKind::BackwardWeights, 0, 0}};
+  const auto shapes = model_shapes(deck.model);
+  const auto w_at = [&](std::int64_t rows) {
+    double w = 0;
+    for (const auto& l : shapes)
+      if (l.entry && l.entry->splits_backward) w += options.costs.seconds(l, rows).backward_weights;
+    return w;
+  };
+  const StepInput fused = step_input(deck, 1, options, batch_w);
+  EXPECT_NEAR(fused.seconds[0][0].backward_weights, w_at(16) / 2, 1e-18);
+  EXPECT_NEAR(fused.seconds[0][1].backward_weights, w_at(16) / 2, 1e-18);
+  EXPECT_LT(w_at(16), 2 * w_at(8));
+  const StepInput apart = step_input(deck, 1, options, zero_bubble(1, 2, Remat::Never));  // F0 I0 W0 F1 I1 W1
+  EXPECT_NEAR(apart.seconds[0][0].backward_weights, w_at(8), 1e-18);
+  options.fuse_weight_runs = false;
+  EXPECT_NEAR(step_input(deck, 1, options, batch_w).seconds[0][0].backward_weights, w_at(8), 1e-18);
 }
 
 }  // namespace
