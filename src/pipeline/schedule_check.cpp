@@ -15,8 +15,10 @@ std::string to_string(const Op& op) {
 namespace {
 
 // Index of an op kind in the checker's position table; -1: a kind the
-// checker has no rule for.
-enum Kind { kF, kR, kB, kI, kW, kKinds };
+// checker has no rule for. kG: the whole-batch W (letter G, fill_drain's
+// BatchWeights op), at most once per stage, after all of the stage's
+// backwards; recorded at micro-batch 0 whatever its micro_batch.
+enum Kind { kF, kR, kB, kI, kW, kG, kKinds };
 int kind_index(OpKind kind) {
   switch (kind) {
     case OpKind::Forward: return kF;
@@ -24,12 +26,23 @@ int kind_index(OpKind kind) {
     case OpKind::Backward: return kB;
     case OpKind::BackwardInput: return kI;
     case OpKind::BackwardWeights: return kW;
-    default: return -1;
+    default: return op_letter(kind) == 'G' ? kG : -1;
   }
 }
 
-const OpKind kKindOf[kKinds] = {OpKind::Forward, OpKind::Recompute, OpKind::Backward, OpKind::BackwardInput,
-                                OpKind::BackwardWeights};
+OpKind kind_of_index(int index) {
+  switch (index) {
+    case kF: return OpKind::Forward;
+    case kR: return OpKind::Recompute;
+    case kB: return OpKind::Backward;
+    case kI: return OpKind::BackwardInput;
+    case kW: return OpKind::BackwardWeights;
+    default:
+      for (int k = 0; k < 64; ++k)
+        if (op_letter(OpKind(k)) == 'G') return OpKind(k);
+      return OpKind::Forward;
+  }
+}
 
 struct Where {
   int rank = -1, pos = -1;
@@ -84,11 +97,12 @@ void check_schedule(const Schedule& s, const std::string& source) {
       const int m = op.micro_batch, st = op.stage;
       if (s.rank_of_stage[size_t(st)] != r)
         bad(fmt::format("the stage map puts stage {} on rank {}", st, s.rank_of_stage[size_t(st)]));
-      const Where& first = where(kind, st, m);
+      const int slot_m = kind == kG ? 0 : m;
+      const Where& first = where(kind, st, slot_m);
       if (first.exists()) bad(fmt::format("runs twice (first at rank {}, op {})", first.rank, first.pos));
       const auto before = [&](int dep_kind, int dep_stage, const std::string& why) {
         if (!where(dep_kind, dep_stage, m).exists())
-          bad(fmt::format("runs before {} {}", to_string(Op{kKindOf[dep_kind], m, dep_stage}), why));
+          bad(fmt::format("runs before {} {}", to_string(Op{kind_of_index(dep_kind), m, dep_stage}), why));
       };
       switch (kind) {
         case kF:
@@ -116,9 +130,16 @@ void check_schedule(const Schedule& s, const std::string& source) {
           training = true;
           before(kI, st, "(the W of a split backward follows its I)");
           break;
+        case kG:
+          training = true;
+          for (int q = 0; q < M; ++q)
+            if (!where(kB, st, q).exists() && !where(kI, st, q).exists())
+              bad(fmt::format("runs before {} (the whole-batch W follows every backward of its stage)",
+                              to_string(Op{OpKind::Backward, q, st})));
+          break;
         default: break;
       }
-      at[index(kind, st, m)] = {r, i};
+      at[index(kind, st, slot_m)] = {r, i};
     }
   }
 
@@ -156,7 +177,8 @@ void check_schedule(const Schedule& s, const std::string& source) {
         const Op& op = ops[size_t(next[size_t(r)])];
         const int dep = dependency(op);
         if (dep >= 0 && !done[size_t(dep)]) break;
-        done[index(kind_index(op.kind), op.stage, op.micro_batch)] = true;
+        const int kind = kind_index(op.kind);
+        done[index(kind, op.stage, kind == kG ? 0 : op.micro_batch)] = true;
         ++next[size_t(r)];
         progress = true;
       }
@@ -169,7 +191,7 @@ void check_schedule(const Schedule& s, const std::string& source) {
     const Op& op = ops[size_t(i)];
     const int dep = dependency(op);
     const size_t per_kind = size_t(S) * size_t(M);
-    const Op wanted{kKindOf[size_t(dep) / per_kind], int(size_t(dep) % size_t(M)),
+    const Op wanted{kind_of_index(int(size_t(dep) / per_kind)), int(size_t(dep) % size_t(M)),
                     int(size_t(dep) % per_kind / size_t(M))};
     const Where& w = at[size_t(dep)];
     const int stuck = next[size_t(w.rank)];

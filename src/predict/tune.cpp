@@ -55,7 +55,7 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
     return limit;
   };
   const auto greedy = [&](const StepInput& base, const std::vector<int>& map, const std::vector<std::int64_t>& limit,
-                          bool gaps) {
+                          bool gaps, bool messages) {
     GreedyInput g;
     g.cells = K;
     g.micro_batches = M;
@@ -72,7 +72,9 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
     int n = 0;
     for (const auto& b : base.boundary_bytes)
       for (const auto v : b) bytes += double(v), ++n;
-    g.message_s = base.link.latency_s + (n > 0 ? double(base.link.transmit_ns(std::int64_t(bytes / n))) * 1e-9 : 0.0);
+    g.message_s = !messages ? 0.0
+                            : base.link.latency_s +
+                                  (n > 0 ? double(base.link.transmit_ns(std::int64_t(bytes / n))) * 1e-9 : 0.0);
     g.w_only_in_gaps = gaps;
     return greedy_zero_bubble(g);
   };
@@ -85,17 +87,21 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
   out.zb_h1_step_s = out.candidates.front().step_s;
   std::vector<int> identity;
   for (int k = 0; k < K; ++k) identity.push_back(k);
-  for (const bool gaps : {false, true})
-    evaluate(std::string("greedy, 1 stage per rank, W ") + (gaps ? "only in gaps" : "fills every gap"),
-             greedy(flat, identity, out.limit_bytes, gaps), flat, out.limit_bytes);
+  const auto label = [](const std::string& map, bool gaps, bool messages) {
+    return "greedy" + map + ", W " + (gaps ? "only in gaps" : "fills gaps") + (messages ? "" : ", planned w/o msgs");
+  };
+  for (const bool messages : {true, false})
+    for (const bool gaps : {false, true})
+      evaluate(label("", gaps, messages), greedy(flat, identity, out.limit_bytes, gaps, messages), flat,
+               out.limit_bytes);
   // Two stages per rank in a V.
   if (L >= 2 * K) {
     const Schedule v = zb_v(K, M, Remat::Never);
     const StepInput vin = step_input(deck, ranks, options, v);
     const auto vlimit = limits(vin, v);
-    for (const bool gaps : {false, true})
-      evaluate(std::string("greedy V (2 stages per rank), W ") + (gaps ? "only in gaps" : "fills every gap"),
-               greedy(vin, v.rank_of_stage, vlimit, gaps), vin, vlimit);
+    for (const bool messages : {true, false})
+      for (const bool gaps : {false, true})
+        evaluate(label(" V", gaps, messages), greedy(vin, v.rank_of_stage, vlimit, gaps, messages), vin, vlimit);
   }
   for (int i = 0; i < int(out.candidates.size()); ++i) {
     const auto& c = out.candidates[size_t(i)];

@@ -43,9 +43,10 @@ struct TuneResult {
 /// keys, a --calibrate/--costs file, or FLOPs) it tries, besides ZB-H1
 /// (zero_bubble, kept as a candidate when it fits), greedy_zero_bubble on
 /// one stage per rank and on the V map of 2K stages (when the model has >= 2K
-/// layers), each with both W policies, the per-stage time of the largest
-/// micro-batch, and a message delay of the link's latency plus the mean
-/// boundary message's transmit time. The limit on rank r is `in_flight`
+/// layers), each with both W policies and planned with and without a
+/// message delay (the link's latency plus the mean boundary message's
+/// transmit time; every candidate is then simulated with the real link),
+/// with the per-stage time of the largest micro-batch. The limit on rank r is `in_flight`
 /// micro-batches of its layers (the sum of its stages' activation_bytes
 /// times in_flight; ZB-H1 and 1F1B's cell 0 hold K). The best is the fewest
 /// simulated seconds among those that fit (ties: the first). Throws
