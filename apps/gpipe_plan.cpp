@@ -28,6 +28,7 @@
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/sweep.hpp"
 #include "gpipe/predict/tune.hpp"
+#include "gpipe/predict/trace_times.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
 #include "gpipe/pipeline/schedule_v.hpp"
 
@@ -54,6 +55,7 @@ struct Options {
   std::string tune;       // --tune FILE: write the tuned zero-bubble schedule here
   int tune_in_flight = 0; // micro-batches of a rank's layers the tuned schedule may hold (0: K)
   bool fused_w = false;   // --fused-w: price runs of consecutive W ops as one GEMM
+  std::string tune_trace; // --tune-trace: tune from a gpipe-train trace's measured op times
 };
 
 // Micro-batch rows the prediction (or, with --sweep, every configuration of
@@ -257,6 +259,10 @@ int main(int argc, char** argv) {
                  "1F1B's peak)")
       ->check(CLI::PositiveNumber)
       ->needs(tune_option);
+  app.add_option("--tune-trace", o.tune_trace,
+                 "With --tune: take each cell's F, I (or fused B) and W times from this gpipe-train trace "
+                 "(medians of its events) instead of the cost model; one stage per cell")
+      ->needs(tune_option);
   app.add_flag("--fused-w", o.fused_w,
                "Price each run of consecutive W ops of a stage as one weight-gradient GEMM over their stacked "
                "rows (what a runner fusing them would run; today's runner does not)");
@@ -300,7 +306,22 @@ int main(int argc, char** argv) {
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
     if (!o.tune.empty()) {
       const int K = gpipe::grid_shape(deck, o.ranks).cells;
-      const auto t = gpipe::tune(deck, o.ranks, options, o.tune_in_flight > 0 ? o.tune_in_flight : K);
+      gpipe::TuneResult t;
+      if (!o.tune_trace.empty()) {
+        const gpipe::TraceTimes times = gpipe::read_trace_times(o.tune_trace);
+        if (times.cells != K)
+          throw gpipe::InputError(fmt::format("{}: --tune-trace: a trace of {} cells, the deck runs K = {} on {} ranks",
+                                              o.tune_trace, times.cells, K, o.ranks));
+        fmt::print("gpipe-plan: measured op times from {} (schedule {}, medians, seconds):\n", o.tune_trace,
+                   times.schedule);
+        for (int k = 0; k < K; ++k)
+          fmt::print("  cell {}: F {:.6g}  I {:.6g}  W {:.6g}\n", k, times.forward[size_t(k)],
+                     times.backward_input[size_t(k)], times.backward_weights[size_t(k)]);
+        t = gpipe::tune_times(times, deck.training.micro_batches, o.tune_in_flight > 0 ? o.tune_in_flight : K,
+                              options.network.p2p.latency_s);
+      } else {
+        t = gpipe::tune(deck, o.ranks, options, o.tune_in_flight > 0 ? o.tune_in_flight : K);
+      }
       fmt::print("gpipe-plan: --tune (predicted, not measured) on {} ranks, K = {}, M = {}, at most {} "
                  "micro-batches of a rank's layers in flight\n",
                  o.ranks, K, deck.training.micro_batches, o.tune_in_flight > 0 ? o.tune_in_flight : K);

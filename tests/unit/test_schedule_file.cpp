@@ -18,6 +18,8 @@
 #include "gpipe/pipeline/schedule_v.hpp"
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/tune.hpp"
+#include "gpipe/predict/trace_times.hpp"
+#include "gpipe/io/trace_file.hpp"
 #include "gpipe/model/shapes.hpp"
 
 namespace gpipe {
@@ -259,6 +261,58 @@ pipeline: {balance: flops}
   EXPECT_NEAR(apart.seconds[0][0].backward_weights, w_at(8), 1e-18);
   options.fuse_weight_runs = false;
   EXPECT_NEAR(step_input(deck, 1, options, batch_w).seconds[0][0].backward_weights, w_at(8), 1e-18);
+}
+
+// --tune --tune-trace: the medians of a trace's F, I, W events per cell (the
+// first traced step, the warm-up, left out), then the tuned schedule.
+TEST(Tune, FromTraceTimes) {
+  TraceHeader header;
+  header.ranks = header.cells = 2;
+  header.micro_batches = 4;
+  header.schedule = "zero_bubble";
+  GatheredTrace trace;
+  trace.events.resize(2);
+  trace.steps.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    double t = 0;
+    const auto add = [&](std::int64_t step, EventKind kind, double seconds) {
+      trace.events[size_t(r)].push_back({step, std::int8_t(kind), 0, t, t + seconds, 0});
+      t += seconds;
+    };
+    add(0, EventKind::Forward, 9.0);  // the warm-up step: left out
+    for (const double f : {1.0, 3.0, 2.0}) add(1, EventKind::Forward, f * (r + 1));
+    for (const double i : {4.0, 4.0}) add(1, EventKind::BackwardInput, i);
+    add(1, EventKind::BackwardWeights, 0.5 + r);
+    for (std::int64_t step : {0, 1}) {
+      StepSummary st;
+      st.step = step;
+      trace.steps[size_t(r)].push_back(st);
+    }
+  }
+  const std::string path = ::testing::TempDir() + "gpipe_tune_trace_test.h5";
+  write_trace_file(path, header, trace);
+  const TraceTimes times = read_trace_times(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(times.cells, 2);
+  EXPECT_EQ(times.micro_batches, 4);
+  EXPECT_EQ(times.schedule, "zero_bubble");
+  EXPECT_EQ(times.forward, (std::vector<double>{2.0, 4.0}));
+  EXPECT_EQ(times.backward_input, (std::vector<double>{4.0, 4.0}));
+  EXPECT_EQ(times.backward_weights, (std::vector<double>{0.5, 1.5}));
+  const TuneResult t = tune_times(times, 8, 2, 0.1);
+  ASSERT_GE(t.best, 0);
+  EXPECT_LE(t.candidates[size_t(t.best)].step_s, t.zb_h1_step_s);
+  for (const auto& c : t.candidates) {
+    EXPECT_NO_THROW(check_schedule(c.schedule)) << c.name;
+    if (c.fits)
+      for (int r = 0; r < 2; ++r) EXPECT_LE(peak_activation_bytes(c.schedule, c.activation_bytes, r), 2) << c.name;
+  }
+  try {
+    read_trace_times("/nonexistent/t.h5");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "/nonexistent/t.h5: cannot open the trace (not an HDF5 file, or missing)");
+  }
 }
 
 }  // namespace

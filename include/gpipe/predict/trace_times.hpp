@@ -1,0 +1,36 @@
+#pragma once
+// Per-stage op times measured by a gpipe-train trace (docs/file-formats.md,
+// "Traces"), for gpipe-plan --tune --tune-trace: the median forward,
+// input-gradient (or fused backward) and weight-gradient event of each cell.
+
+#include <string>
+#include <vector>
+
+#include "gpipe/predict/tune.hpp"
+
+namespace gpipe {
+
+struct TraceTimes {
+  int cells = 0, micro_batches = 0;
+  std::string schedule;                  ///< the traced run's pipeline.schedule
+  std::vector<double> forward;           ///< [cell] median F event, seconds
+  std::vector<double> backward_input;    ///< [cell] median I event (fused B: B, with W = 0)
+  std::vector<double> backward_weights;  ///< [cell] median W event (0 without W events)
+};
+
+/// Reads `path` (one replica: D = 1) and takes, per rank = cell, the median
+/// duration of its forward (kind 0), backward_input (9) or else fused
+/// backward (1), and backward_weights (10) events over every traced step
+/// but the first when there are more (the warm-up). Throws InputError naming
+/// `path` when it is not a gpipe trace, has D > 1, or a cell has no forward
+/// or backward event.
+TraceTimes read_trace_times(const std::string& path);
+
+/// --tune on measured times: ZB-H1 and greedy_zero_bubble (one stage per
+/// cell, both W policies) simulated with `times` (the same for every
+/// micro-batch), messages of `message_s`, no optimizer, activation 1 per
+/// stage micro-batch and a limit of `in_flight` per rank; the best that
+/// fits. Throws InputError for in_flight < 1.
+TuneResult tune_times(const TraceTimes& times, int micro_batches, int in_flight, double message_s);
+
+}  // namespace gpipe
