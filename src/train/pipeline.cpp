@@ -446,7 +446,16 @@ void Pipeline<T>::clip_gradients() {
   auto squares = segment_squared_norms<T>(space, g, cell_->parameter_offsets());
   // A tied weight is one parameter: counted once, in the embedding's layer.
   if (tied_.tied() && local_layer(tied_.head) >= 0) squares[size_t(local_layer(tied_.head))] = 0;
-  last_gradient_norm_ = global_norm(squares, grid_.pipeline());
+  // Summed in global layer order whatever the stage map: each layer's square
+  // is nonzero on one rank only, so the sum over ranks is exact, and the
+  // layers are then added in model order (global_norm's order for one stage per rank).
+  std::vector<double> by_layer(deck_.model.layers.size(), 0.0);
+  for (size_t l = 0; l < squares.size(); ++l) by_layer[size_t(cell_->global_layer(int(l)))] = squares[l];
+  MPI_Allreduce(MPI_IN_PLACE, by_layer.data(), mpi_count(std::int64_t(by_layer.size()), "clip_norm: the layers"),
+                MPI_DOUBLE, MPI_SUM, grid_.pipeline());
+  double sum = 0;
+  for (double v : by_layer) sum += v;
+  last_gradient_norm_ = std::sqrt(sum);
   const double factor = clip_factor(last_gradient_norm_, deck_.optimizer.clip_norm);
   if (factor < 1) scale_in_place<T>(space, g, T(factor));
 }

@@ -97,6 +97,24 @@ TEST(Stages, InterleavedBitwiseAgainstOneRankNoDeadlockExactBytes) {
   }
 }
 
+// Global-norm clipping sums the layers' squares in model order whatever the
+// stage map: still bitwise 1f1b's.
+TEST(Stages, InterleavedClippingBitwise) {
+  const int K = world_size(), M = 2 * K;
+  const auto clipped = [&](const std::string& schedule, int v) {
+    return test::deck_text(kLayers, kInput, kBatch, M, "double",
+                           "{schedule: " + schedule + ", chunks: " + std::to_string(v) + "}",
+                           "{type: adam, lr: 0.01, clip_norm: 0.05}");
+  };
+  Result ref;
+  if (world_rank() == 0) ref = train(clipped("1f1b", 1), MPI_COMM_SELF);
+  const Result r = train(clipped("interleaved_1f1b", 2), MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    EXPECT_EQ(r.params, ref.params);
+    EXPECT_EQ(r.eval_loss, ref.eval_loss);
+  }
+}
+
 TEST(Stages, InterleavedNeedsAMultipleOfTheCells) {
   const int K = world_size();
   if (K == 1) GTEST_SKIP() << "every M is a multiple of one cell";
