@@ -135,7 +135,7 @@ Schedule load_schedule(const std::string& path) {
 Schedule deck_schedule(const Deck& deck, int cells) {
   const int M = deck.training.micro_batches;
   if (deck.pipeline.schedule_file.empty()) {
-    Schedule s = make_schedule(deck.pipeline.schedule, cells, M, deck.pipeline.remat);
+    Schedule s = make_schedule(deck.pipeline.schedule, cells, M, deck.pipeline.remat, deck.pipeline.chunks);
     check_schedule(s, "pipeline.schedule " + to_string(deck.pipeline.schedule));
     return s;
   }

@@ -70,7 +70,7 @@ Deck partitioned_deck(const Deck& deck, int ranks, const PredictOptions& options
   }
   Deck out = deck;
   out.pipeline.balance = "explicit";
-  out.pipeline.counts = deck_partition(deck, grid.cells, costs).counts;
+  out.pipeline.counts = deck_partition(deck, deck_schedule(deck, grid.cells).stages, costs).counts;
   return out;
 }
 
@@ -154,7 +154,7 @@ std::vector<BucketSpec> cell_buckets(const CellLayers& cell, const std::vector<O
 // one stage per rank, else deck_partition over S stages with the costs the
 // balance mode uses (predicted layer times for "time", as partitioned_deck).
 Partition stage_partition(const Deck& deck, const RunPlan& plan, int stages, const PredictOptions& options) {
-  if (stages == plan.grid.cells) return plan.partition;
+  if (stages == plan.partition.cells()) return plan.partition;
   if (deck.pipeline.balance != "time" || !deck.pipeline.counts.empty())
     return deck_partition(deck, stages, plan.costs);
   std::vector<double> costs;
@@ -190,11 +190,12 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
   // A deck whose balance is an explicit list of K counts names cells, not
   // the S > K stages of a multi-stage schedule: split by FLOPs then.
   Deck stage_deck = in_deck;
-  if (S != K && stage_deck.pipeline.balance == "explicit" && int(stage_deck.pipeline.counts.size()) != S) {
+  if (stage_deck.pipeline.balance == "explicit" && int(stage_deck.pipeline.counts.size()) != S) {
     stage_deck.pipeline.balance = "flops";
     stage_deck.pipeline.counts.clear();
   }
-  const Partition partition = S == K ? plan.partition : stage_partition(stage_deck, plan, S, options);
+  const Partition partition =
+      plan.partition.cells() == S ? plan.partition : stage_partition(stage_deck, plan, S, options);
   in.link = options.network.p2p;
   in.allreduce = options.network.allreduce;
   in.replicas = D;
@@ -292,8 +293,14 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
   for (int k = 0; k < K; ++k) {
     const auto& t = p.timing.cells[size_t(k)];
     CellPrediction c;
-    c.first_layer = plan.partition.first_layer(k);
-    c.layers = plan.partition.counts[size_t(k)];
+    // The rank's stages (one per rank: stage k); first_layer is its first
+    // stage's, layers the count over all of its stages.
+    std::vector<int> own;
+    for (int st = 0; st < plan.partition.cells(); ++st)
+      if (plan.partition.cells() == K ? st == k : in.schedule.rank_of_stage[size_t(st)] == k) own.push_back(st);
+    c.first_layer = plan.partition.first_layer(own.front());
+    c.layers = 0;
+    for (const int st : own) c.layers += plan.partition.counts[size_t(st)];
     c.busy_s = t.busy;
     c.reduce_exposed_s = t.reduce_exposed;
     c.idle_s = p.step_time_s - t.busy - t.reduce_exposed;
@@ -301,11 +308,19 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
                                                    : peak_held(in.schedule, k);
     c.activation_bytes = plan.activation_bytes[size_t(k)];
     std::int64_t params = 0;
-    for (int l = c.first_layer; l < c.first_layer + c.layers; ++l) params += shapes[size_t(l)].parameter_count();
+    for (const int st : own)
+      for (int l = plan.partition.first_layer(st); l < plan.partition.first_layer(st) + plan.partition.counts[size_t(st)];
+           ++l)
+        params += shapes[size_t(l)].parameter_count();
     c.parameter_bytes = params * scalar;
     c.memory_bytes = c.activation_bytes + c.parameter_bytes * (2 + optimizer_state(deck.optimizer)) +
                      (deck.parallel.deterministic_reduction && D > 1 ? D * c.parameter_bytes : 0);
-    if (k + 1 < K) p.pipeline_bytes += 2 * N * shapes[size_t(c.first_layer + c.layers - 1)].output.size() * scalar;
+    for (const int st : own)  // every stage boundary that crosses ranks: its activation and gradient
+      if (st + 1 < int(in.schedule.rank_of_stage.size()) && in.schedule.rank_of_stage[size_t(st + 1)] != k)
+        p.pipeline_bytes += 2 * N *
+                            shapes[size_t(plan.partition.first_layer(st) + plan.partition.counts[size_t(st)] - 1)]
+                                .output.size() *
+                            scalar;
     if (D > 1)
       p.allreduce_bytes += deck.parallel.deterministic_reduction ? std::int64_t(D) * (D - 1) * c.parameter_bytes
                                                                  : 2 * std::int64_t(D - 1) * c.parameter_bytes;

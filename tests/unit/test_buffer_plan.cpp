@@ -41,7 +41,8 @@ TEST(Schedule, OneFOneBWarmUpSteadyCoolDown) {
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "deck.yaml:3: pipeline.schedule: unknown schedule 'interleaved' "
-                           "(expected fill_drain, 1f1b, zero_bubble, zb_v or dualpipe_v)");
+                           "(expected fill_drain, 1f1b, zero_bubble, "
+                           "interleaved_1f1b, zb_v or dualpipe_v)");
   }
 }
 

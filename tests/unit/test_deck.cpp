@@ -293,8 +293,8 @@ TEST(Deck, ScheduleKey) {
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=1f1b"}).pipeline.schedule,
             ScheduleKind::OneFOneB);
   EXPECT_EQ(error_of(kDeck, {"pipeline.schedule=gpipe"}),
-            "deck.yaml (--set): pipeline.schedule: expected fill_drain, 1f1b, zero_bubble, zb_v or dualpipe_v, "
-            "got 'gpipe'");
+            "deck.yaml (--set): pipeline.schedule: expected fill_drain, 1f1b, zero_bubble, interleaved_1f1b, zb_v or "
+            "dualpipe_v, got 'gpipe'");
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=zero_bubble"}).pipeline.schedule,
             ScheduleKind::ZeroBubble);
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=zb_v"}).pipeline.schedule, ScheduleKind::ZbV);

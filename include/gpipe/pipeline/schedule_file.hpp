@@ -15,8 +15,8 @@ namespace gpipe {
 /// Writes `schedule` in the schedule file format: the keys format
 /// ("gpipe-schedule/1"), name (`name`, informative), cells, stages,
 /// micro_batches, rank_of_stage, rematerialized, then `ops:`, one op a line
-/// as "  - [rank, stage, kind, micro-batch]" (kind: F, R, B, I or W,
-/// op_letter), rank by rank, each rank's ops in execution order. Not
+/// as "  - [rank, stage, kind, micro-batch]" (kind: op_letter's F, R, B, I,
+/// W or G), rank by rank, each rank's ops in execution order. Not
 /// collective.
 void write_schedule(std::ostream& out, const Schedule& schedule, const std::string& name);
 
@@ -36,8 +36,9 @@ Schedule load_schedule(const std::string& path);
 /// pipeline.schedule_file when set (load_schedule; its cells and
 /// micro_batches must be `cells` and training.micro_batches, else
 /// InputError naming the file and pipeline.schedule_file; its
-/// rematerialized list replaces pipeline.remat), else make_schedule(
-/// pipeline.schedule, cells, training.micro_batches, pipeline.remat). Either
+/// rematerialized list replaces pipeline.remat, and pipeline.chunks is not
+/// used), else make_schedule(pipeline.schedule, cells,
+/// training.micro_batches, pipeline.remat, pipeline.chunks). Either
 /// way the result has passed check_schedule, so a runner may start traffic.
 /// Not collective (every rank computes the same schedule from the same deck).
 Schedule deck_schedule(const Deck& deck, int cells);
