@@ -17,18 +17,21 @@ import re
 import sys
 
 
+SCHEDULES = ["fill_drain", "1f1b", "zero_bubble", "interleaved_1f1b", "zb_v", "dualpipe_v"]
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     folder = sys.argv[1]
     rows = []
     for path in glob.glob(os.path.join(folder, "*_M*.json")):
-        match = re.fullmatch(r"(.+)_(fill_drain|1f1b|zero_bubble)_M(\d+)\.json", os.path.basename(path))
+        match = re.fullmatch(r"(.+)_(" + "|".join(SCHEDULES) + r")_M(\d+)\.json", os.path.basename(path))
         if not match:
             continue
         with open(path) as f:
             s = json.load(f)
-        rows.append((match.group(1), ["fill_drain", "1f1b", "zero_bubble"].index(match.group(2)),
+        rows.append((match.group(1), SCHEDULES.index(match.group(2)),
                      int(match.group(3)), s))
     if not rows:
         sys.exit(f"{folder}: no <deck>_<schedule>_M<m>.json run summaries")
