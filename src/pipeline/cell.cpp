@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
 
 namespace gpipe {
 
@@ -152,6 +153,8 @@ Cell<T>::Cell(const ModelSpec& model, const Partition& partition, MPI_Comm comm,
   if (!is_first())
     for (int s = 0; s < plan.input_grad.slots; ++s)
       input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})  // precision policy's wire
+    for (auto& b : *buffers) b.set_wire_format(options_.wire);
   if (is_last()) logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
   if (is_last()) {
     loss_ = make_loss<T>(model.loss);
@@ -295,8 +298,11 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
   {
     const Tracer::Scope compute(tracer_, whole_cell ? EventKind::Forward : EventKind::Recompute, m);
     const int count = whole_cell ? int(layers_.size()) : int(layers_.size()) - 1;
-    for (int l = 0; l < count; ++l)
+    for (int l = 0; l < count; ++l) {
       layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
+      const Matrix<T> y = layer_output(m, l);  // 16-bit wire: every activation a 16-bit value
+      if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+    }
     if (!whole_cell) return;  // a recompute stops before the cell output
     if (is_last() && predict_logits_.extent(0) > 0) {
       Kokkos::deep_copy(options_.space, Kokkos::subview(predict_logits_, std::make_pair(mb.offset, mb.offset + mb.size),
@@ -309,7 +315,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
       const Matrix<T> dlogits =
           training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = placement_.global_size > 0 ? placement_.global_size : batch_size_;
-      sums += loss_->evaluate(layer_output(m, int(layers_.size()) - 1), targets, T(1.0 / double(N)),
+      sums += loss_->evaluate(layer_output(m, int(layers_.size()) - 1), targets, T(loss_scale_ / double(N)),
                               dlogits);
       return;
     }
@@ -384,6 +390,8 @@ void Cell<T>::backward(int m, bool split) {
                                      layer_saved(m, l));
         if (final_gradients) gradient_final(l);
       }
+      if (packed_wire(options_.wire) && dx.data())  // 16-bit wire: every input gradient a 16-bit value
+        round_activations(options_.space, options_.wire, dx.data(), std::int64_t(dx.span()));
       dy = dx;
     }
   }
@@ -566,7 +574,8 @@ void Cell<T>::predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits) {
   run(schedule, plan_buffers(schedule, rank()), inputs, Targets<T>(), n, step_, false);
 }
 
-template class Cell<float>;
-template class Cell<double>;
+#define GPIPE_INSTANTIATE(T) template class Cell<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/train/plan.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/cell.hpp"
@@ -38,7 +39,7 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   options.micro_batches = deck.training.micro_batches;
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
-  const std::int64_t scalar = deck.precision == "double" ? 8 : 4;
+  const std::int64_t scalar = precision_policy(deck.precision).master_bytes();  // the cells' buffers
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
   return plan;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpipe/core/precision.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/loss/loss.hpp"
 #include "gpipe/model/partition.hpp"
@@ -27,6 +28,13 @@ struct CellOptions {
   /// The execution-space instance every kernel and copy of the cell runs on;
   /// the cell fences this instance, never all of Kokkos, before MPI.
   ExecSpace space{};
+  /// The activation and wire format (the precision policy's wire,
+  /// gpipe/core/precision.hpp): fp32 for float cells, fp64 for double. bf16 /
+  /// fp16 (float cells only): every layer's output and input gradient is
+  /// rounded to it in place (round_activations) and boundary messages go as
+  /// 16-bit values (BoundaryBuffer::set_wire_format), losslessly, so results
+  /// are bitwise the same whatever the partition.
+  Format wire = Format::fp32;
 };
 
 /// Bytes of activation storage that cell `cell` of `partition` allocates for
@@ -148,6 +156,11 @@ class Cell {
   /// Records the cell's operations into `tracer` (null: no tracing) during
   /// the steps the tracer is recording.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  /// The loss scale S of the next training steps (dynamic loss scaling,
+  /// gpipe/optim/loss_scale.hpp): the last cell's loss gradient is
+  /// S * dL/doutputs, so every gradient of the step is scaled by S
+  /// (1, the default, leaves them bitwise unchanged).
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
 
  private:
   const CellBufferPlan& train_plan() const { return train_plan_; }
@@ -214,6 +227,7 @@ class Cell {
   std::unique_ptr<Loss<T>> loss_;               // last cell
   std::int64_t activation_bytes_ = 0;
   Tracer* tracer_ = nullptr;
+  double loss_scale_ = 1.0;  // set_loss_scale
   Wire to_next_, to_prev_;  // emulated link: this cell's two sending directions
   std::function<void(int)> gradient_ready_;
   int last_backward_ = -1;  // micro-batch of this cell's last Backward or BackwardInput op in train_schedule_
