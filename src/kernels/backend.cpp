@@ -13,6 +13,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/views.hpp"
 #include "implementations.hpp"
+#include "reduced.hpp"
 
 namespace gpipe::kernels {
 
@@ -141,6 +142,22 @@ Implementation implementation(Primitive primitive, int scalar_bytes) {
     case Choice::automatic: break;
   }
   return automatic(primitive, scalar_bytes);
+}
+
+WeightCopy::~WeightCopy() {
+  if (params_) reduced::drop_weight_copy(params_);
+}
+
+void WeightCopy::refresh(const ExecSpace& space, const float* params, std::int64_t n) {
+  const bool bf16_onednn =
+      compute_format() == Format::bf16 && implementation(Primitive::gemm, 2) == Implementation::onednn;
+  if (!bf16_onednn || n == 0) {
+    if (params_) reduced::drop_weight_copy(params_);
+    params_ = nullptr;
+    return;
+  }
+  reduced::register_weight_copy(space, params, n);
+  params_ = params;
 }
 
 std::string build_summary() {

@@ -63,7 +63,8 @@ bool onednn_bf16(Format f, Primitive p) {
 #endif
 }
 
-bf16* converted(const ExecSpace& space, const float* v, std::int64_t n, int slot) {
+const bf16* converted(const ExecSpace& space, const float* v, std::int64_t n, int slot) {
+  if (const bf16* copy = reduced::weight_copy(v, n)) return copy;  // a weight: converted once per step
   bf16* out = reduced::scratch16(slot, n);
   reduced::to_bf16(space, v, n, out);
   return out;

@@ -14,6 +14,9 @@ using Unmanaged = Kokkos::View<V*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmana
 struct Workspace {
   std::array<Vector<float>, slots> f32;
   std::array<Kokkos::View<bf16*, MemSpace>, slots> b16;
+  Kokkos::View<bf16*, MemSpace> weights;  // the registered weight copy
+  const float* weights_of = nullptr;      // its float parameters (null: none registered)
+  std::int64_t weights_n = 0;
 };
 
 // Heap-allocated and released by a Kokkos finalize hook (a static View
@@ -68,6 +71,30 @@ bf16* scratch16(int slot, std::int64_t n) {
     v = Kokkos::View<bf16*, MemSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch16"), size_t(n));
   return v.data();
+}
+
+const bf16* weight_copy(const float* p, std::int64_t n) {
+  const Workspace& w = workspace();
+  if (w.weights_of == nullptr || p < w.weights_of || p + n > w.weights_of + w.weights_n) return nullptr;
+  return w.weights.data() + (p - w.weights_of);
+}
+
+void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n) {
+  Workspace& w = workspace();
+  if (std::int64_t(w.weights.extent(0)) < n)
+    w.weights = Kokkos::View<bf16*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::weight_copy"), size_t(n));
+  to_bf16(space, params, n, w.weights.data());
+  w.weights_of = params;
+  w.weights_n = n;
+}
+
+void drop_weight_copy(const float* params) {
+  Workspace& w = workspace();
+  if (w.weights_of == params) {
+    w.weights_of = nullptr;
+    w.weights_n = 0;
+  }
 }
 
 ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot) {

@@ -31,6 +31,14 @@ float* scratch(int slot, std::int64_t n);
 /// A bf16 buffer of at least n values in workspace slot `slot`.
 bf16* scratch16(int slot, std::int64_t n);
 
+/// The registered bf16 weight copy (backend.hpp, WeightCopy): the copy of
+/// [p, p + n) when that range lies inside the registered parameters, else null.
+const bf16* weight_copy(const float* p, std::int64_t n);
+/// Converts [params, params + n) into the copy and registers it.
+void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n);
+/// Unregisters the copy of `params` (if it is the registered one).
+void drop_weight_copy(const float* params);
+
 /// `m` rounded into slot `slot`: a (rows, cols) matrix of the same shape.
 ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot);
 

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
@@ -349,6 +350,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);
     cell_->zero_gradients();
   }
+  refresh_weight_copy();
   const double loss_scale = scaler_.scale();  // 1 unless fp16
   if (precision_.loss_scaling) cell_->set_loss_scale(loss_scale);
   const std::int64_t sent_before = boundary_bytes_sent();
@@ -542,6 +544,7 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
   std::vector<T> out(static_cast<size_t>(n * classes));  // n <= batch_size
   Matrix<T> logits;
   if (cell_->is_last()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
+  refresh_weight_copy();
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
   if (cell_->is_last()) {
     auto h = Kokkos::create_mirror_view(logits);
@@ -597,6 +600,7 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
   LossSums total;
+  refresh_weight_copy();
   for (std::int64_t begin = 0; begin < data.samples; begin += N) {
     const auto n = std::min(N, data.samples - begin);
     const MicroBatch shard = stage_batch(data.inputs.data(), data.features, data.labels.data(),
@@ -765,6 +769,14 @@ std::vector<std::int64_t> Pipeline<T>::gather_activation_bytes() const {
   const std::int64_t mine = cell_->activation_bytes();
   MPI_Allgather(&mine, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, grid_.pipeline());
   return out;
+}
+
+template <class T>
+void Pipeline<T>::refresh_weight_copy() {
+  if constexpr (std::is_same_v<T, float>)
+    if (precision_.reduced())
+      weight_copy_.refresh(cell_->execution_space(), cell_->parameters().data(),
+                           std::int64_t(cell_->parameters().extent(0)));
 }
 
 template <class T>

@@ -304,6 +304,36 @@ TEST(ReducedPrecision, FloatFormatLeavesGemmBitwiseUnchanged) {
   EXPECT_EQ(before, after);
 }
 
+// The bf16 weight copy (kernels::WeightCopy): an operand inside the
+// registered parameters is read from the copy (bitwise the per-call
+// conversion), and only a refresh picks up new weights.
+TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
+  bool onednn = false;
+  for (auto i : kernels::available()) onednn = onednn || i == kernels::Implementation::onednn;
+  if (!onednn) GTEST_SKIP() << "no oneDNN: the copy is not used";
+  const ComputeScope scope(Format::bf16);
+  const std::int64_t m = 7, k = 40, n = 9;
+  const auto x = host_random(m * k, 71);
+  auto params = host_random(5 + k * n, 72);  // the weight at offset 5 of a parameter vector
+  Matrix<float> P = test::to_device(params, 1, std::int64_t(params.size()));
+  const ConstMatrix<float> W(P.data() + 5, size_t(k), size_t(n)), X = test::to_device(x, m, k);
+  auto product = [&] {
+    Matrix<float> c("c", m, n);
+    kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, X, W, 0.0f, c);
+    return test::to_host(c);
+  };
+  const auto plain = product();
+  kernels::WeightCopy copy;
+  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+  EXPECT_EQ(product(), plain);
+  for (auto& v : params) v = -v;  // new weights, not refreshed: the copy still holds the old ones
+  Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+  EXPECT_EQ(product(), plain);
+  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+  const auto negated = product();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(negated[i], -plain[i]);
+}
+
 TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   const std::vector<float> v = {1.0f, 1.00390625f, 1.01171875f, -3.5f, 65504.0f, 65520.0f, 1e-8f, 3.0e38f};
   const Matrix<float> src = test::to_device(v, 1, std::int64_t(v.size()));

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "gpipe/core/precision.hpp"
+#include "gpipe/core/views.hpp"
 
 namespace gpipe::kernels {
 
@@ -113,6 +114,29 @@ class ComputeScope {
 
  private:
   Format previous_;
+};
+
+/// The bf16 copy of a cell's master weights: refresh() converts the float
+/// parameter vector [params, params + n) to bf16 in one kernel (on `space`)
+/// and registers it, so that while it is registered the bf16 primitives
+/// (oneDNN, compute format bf16) read an operand lying inside that range from
+/// the copy instead of converting it per call. The caller refreshes it
+/// whenever the weights may have changed before they are read again
+/// (Pipeline: before every training step, evaluation and prediction, i.e.
+/// after each optimizer step, checkpoint load or parameter upload). Does
+/// nothing unless the compute format is bf16 and oneDNN runs gemm at bf16.
+/// One copy per process (the last refreshed); the destructor unregisters
+/// it. Not collective; one host thread.
+class WeightCopy {
+ public:
+  WeightCopy() = default;
+  ~WeightCopy();
+  WeightCopy(const WeightCopy&) = delete;
+  WeightCopy& operator=(const WeightCopy&) = delete;
+  void refresh(const ExecSpace& space, const float* params, std::int64_t n);
+
+ private:
+  const float* params_ = nullptr;
 };
 
 /// One line for --version: the implementations built, with versions, e.g.

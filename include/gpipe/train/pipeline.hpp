@@ -14,6 +14,7 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/layers/tied.hpp"
 #include "gpipe/core/precision.hpp"
 #include "gpipe/optim/loss_scale.hpp"
@@ -262,6 +263,7 @@ class Pipeline {
   std::int64_t steps_done() const { return steps_done_; }
 
  private:
+  void refresh_weight_copy();  // the bf16 weight copy (kernels::WeightCopy) before a pass
   // Copies this replica's shard of rows order[0..n) (identity if order is
   // null) of inputs/labels into the batch buffers; returns the shard.
   // Regression: the rows of `targets` (n, outputs) instead of labels.
@@ -349,6 +351,7 @@ class Pipeline {
   Precision precision_;
   LossScaler scaler_;
   bool inject_overflow_ = false;
+  kernels::WeightCopy weight_copy_;  // bf16 copy of the cell's weights, refreshed before each pass
   std::int64_t last_boundary_bytes_ = 0;  // sent by this cell in the last training step
   bool last_step_finite_ = true;
   bool last_step_applied_ = true;
