@@ -23,6 +23,7 @@
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/kernels/conv.hpp"
 #include "gpipe/kernels/gemm.hpp"
+#include "gpipe/layers/factory.hpp"
 #include "gpipe/optim/loss_scale.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
 
@@ -332,6 +333,81 @@ TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
   copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
   const auto negated = product();
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(negated[i], -plain[i]);
+}
+
+// Layer families through the seam (Dense, Conv2d, Conv1d): bf16 / fp16
+// forward and gradients against float. The layers are linear in each
+// operand, so running the float layer on |x|, |params|, |dy| gives the
+// exact bound sums S = sum |a||b| of every output, input gradient and
+// parameter gradient; each bf16 value must lie within (2u + u^2 + gamma_k) S
+// of the float one, plus the float result's own gamma_k S.
+struct FloatLayer {
+  std::unique_ptr<Layer<float>> layer;
+  Vector<float> params, grads;
+  std::int64_t rows;
+  FloatLayer(const std::string& yaml, const Shape& in, std::int64_t n) : rows(n) {
+    layer = make_layer<float>(layer_shape(parse_layer(yaml), in));
+    params = Vector<float>("p", layer->parameter_count());
+    grads = Vector<float>("g", layer->parameter_count());
+    layer->bind(params.data(), grads.data());
+    layer->initialize(5);
+  }
+  // y, dx, parameter gradients for x, dy at `format`, params `p`.
+  std::vector<float> run(Format format, const std::vector<float>& p, const std::vector<float>& x,
+                         const std::vector<float>& dy) {
+    const ComputeScope scope(format);
+    {
+      auto h = Kokkos::create_mirror_view(params);
+      for (size_t i = 0; i < p.size(); ++i) h(i) = p[i];
+      Kokkos::deep_copy(params, h);
+    }
+    Kokkos::deep_copy(grads, 0.0f);
+    Matrix<float> y("y", rows, layer->out_features()), dx("dx", rows, layer->in_features());
+    Vector<float> saved("saved", size_t(std::max<std::int64_t>(layer->saved_size().elements(rows), 1)));
+    const auto X = test::to_device(x, rows, layer->in_features());
+    const PassContext ctx{11, 3, 5, true};
+    layer->forward(ctx, X, y, SavedView<float>(saved.data(), saved.extent(0)));
+    layer->backward(ctx, X, test::to_device(dy, rows, layer->out_features()), dx,
+                    SavedView<float>(saved.data(), saved.extent(0)));
+    auto out = test::to_host(y);
+    for (float v : test::to_host(dx)) out.push_back(v);
+    for (float v : test::to_host(grads)) out.push_back(v);
+    return out;
+  }
+};
+
+TEST(ReducedPrecision, LayerFamiliesForwardAndGradientsAgainstFloat) {
+  struct Case {
+    const char* yaml;
+    Shape in;
+    std::int64_t k;  // longest reduction (terms per output or gradient)
+  };
+  const std::int64_t n = 3;
+  const Case cases[] = {{"{type: dense, units: 7}", {40}, 40},
+                        {"{type: conv2d, filters: 4, kernel: 3, padding: same}", {2, 6, 5}, n * 30},
+                        {"{type: conv1d, filters: 3, kernel: 5}", {2, 16}, n * 12}};
+  for (const Case& c : cases)
+    for (const Format f : {Format::bf16, Format::fp16})
+      for (const Choice choice : forced_choices()) {
+        Selected sel(choice);
+        FloatLayer L(c.yaml, c.in, n);
+        const auto p = host_random(L.layer->parameter_count(), 81);
+        const auto x = host_random(n * L.layer->in_features(), 82), dy = host_random(n * L.layer->out_features(), 83);
+        auto abs = [](std::vector<float> v) {
+          for (auto& e : v) e = std::abs(e);
+          return v;
+        };
+        const auto ref = L.run(Format::fp32, p, x, dy), got = L.run(f, p, x, dy);
+        const auto bound = L.run(Format::fp32, abs(p), abs(x), abs(dy));
+        const double u = unit_roundoff(f), tol = (2 * u + u * u + 2 * gamma32(c.k + 1)) * 1.01;
+        ASSERT_EQ(got.size(), ref.size());
+        double largest = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_NEAR(got[i], ref[i], tol * bound[i] + 1e-30) << c.yaml << " " << name(f) << " at " << i;
+          largest = std::max(largest, std::abs(double(got[i]) - ref[i]));
+        }
+        EXPECT_GT(largest, 0.0) << c.yaml << ": " << name(f) << " changed nothing";
+      }
 }
 
 TEST(WireFormat, PackUnpackRoundsToNearestEven) {
