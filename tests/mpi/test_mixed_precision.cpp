@@ -15,6 +15,7 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
 #include "gpipe/train/pipeline.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 namespace {
@@ -92,6 +93,12 @@ TEST(MixedPrecision, Bf16BoundaryBytesHalfOfFloat) {
   }
   EXPECT_GT(bytes[0], 0);
   EXPECT_EQ(bytes[1] * 2, bytes[0]);
+  // The plan (no MPI) predicts every cell's bytes exactly, in both precisions.
+  for (int p = 0; p < 2; ++p) {
+    Pipeline<float> t(deck(p == 0 ? "float" : "bf16"), MPI_COMM_WORLD);
+    run(t, 0, 1);
+    EXPECT_EQ(t.gather_boundary_bytes(), plan_run(deck(p == 0 ? "float" : "bf16"), world_size()).boundary_bytes);
+  }
 }
 
 TEST(MixedPrecision, Bf16RestartBitwiseAndInAnotherPrecision) {
