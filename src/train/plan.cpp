@@ -33,17 +33,18 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   for (const auto& layer : shapes)
     plan.costs.push_back(plan.cost_unit == "params" ? double(layer.parameter_count())
                                                     : layer.flops(plan.micro_batch, layer.index > 0));
-  plan.partition = deck_partition(deck, K, plan.costs);
+  plan.partition = deck_partition(deck, K * deck.pipeline.chunks, plan.costs);  // by stage
   CellOptions options;
   options.max_batch = largest_shard(deck, D);
   options.micro_batches = deck.training.micro_batches;
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
+  options.chunks = deck.pipeline.chunks;
   const std::int64_t scalar = precision_policy(deck.precision).master_bytes();  // the cells' buffers
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
   const std::int64_t wire = precision_policy(deck.precision).wire_bytes();
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; k < K && options.chunks == 1; ++k) {  // one stage per cell (chunks > 1: not predicted)
     const int first = plan.partition.first_layer(k), last = first + plan.partition.counts[size_t(k)] - 1;
     std::int64_t values = 0;
     if (k + 1 < K) values += shapes[size_t(last)].output.size();  // activations forward

@@ -41,7 +41,7 @@ struct RunPlan {
   /// forward (not the last cell) plus x the cell input's values backward
   /// (not the first), at the precision policy's wire size (2 bytes a value
   /// for bf16 / fp16, exactly half of float): what the summary's
-  /// boundary_bytes_per_step measures.
+  /// boundary_bytes_per_step measures. Empty with pipeline.chunks > 1.
   std::vector<std::int64_t> boundary_bytes;
   /// Set when the deck's balance is "time": the partition shown is the
   /// flops one, because timing layers needs the device.
