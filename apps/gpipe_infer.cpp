@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "abort_on_error.hpp"
+#include "gpipe/core/precision.hpp"
 #include "cli.hpp"
 #include "gpipe/config.hpp"
 #include "gpipe/core/agreed.hpp"
@@ -277,9 +278,9 @@ int main(int argc, char** argv) {
       }))
     return kExitInputError;
   return gpipe::app::abort_on_error("gpipe-infer", rank, [&] {
-    if (o.generating)
-      return deck.precision == "double" ? generate_text<double>(deck, o, rank) : generate_text<float>(deck, o, rank);
-    return deck.precision == "double" ? infer<double>(deck, info, o, rank)
-                                      : infer<float>(deck, info, o, rank);
+    return gpipe::with_scalar(deck.precision, [&](auto t) {
+      using T = decltype(t);
+      return o.generating ? generate_text<T>(deck, o, rank) : infer<T>(deck, info, o, rank);
+    });
   });
 }

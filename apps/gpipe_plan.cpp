@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "gpipe/core/precision.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/costs_file.hpp"
@@ -91,8 +92,8 @@ gpipe::CostsTable calibrate(const gpipe::Deck& deck, const std::set<std::int64_t
   for (const std::int64_t r : rows) {
     if (!o.json) fmt::print(stderr, "gpipe-plan: timing {} layers at {} rows\n", L, r);
     for (std::int64_t l = 0; l < L; ++l) {
-      const gpipe::LayerSeconds s = deck.precision == "double" ? gpipe::time_layer_parts<double>(deck.model, l, r)
-                                                               : gpipe::time_layer_parts<float>(deck.model, l, r);
+      const gpipe::LayerSeconds s = gpipe::with_scalar(
+          deck.precision, [&](auto t) { return gpipe::time_layer_parts<decltype(t)>(deck.model, l, r); });
       t.rows.push_back({l, r, s.forward, s.backward_input, s.backward_weights});
     }
   }

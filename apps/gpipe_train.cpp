@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "abort_on_error.hpp"
+#include "gpipe/core/precision.hpp"
 #include "cli.hpp"
 #include "partition_table.hpp"
 #include "gpipe/config.hpp"
@@ -418,7 +419,8 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                        const gpipe::GatheredTrace& trace, double wall_seconds,
                        const nlohmann::json& run, const gpipe::Dataset& train_set,
                        const gpipe::Dataset& test_set,
-                       const std::map<std::int64_t, nlohmann::json>& earlier) {
+                       const std::map<std::int64_t, nlohmann::json>& earlier,
+                       const std::vector<std::int64_t>& boundary_bytes) {
   const auto& p = pipeline.partition();
   const int K = pipeline.grid().cells, M = deck.training.micro_batches;
   nlohmann::json j;
@@ -458,6 +460,19 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
     j["link"] = {{"latency_us", deck.pipeline.link.latency_us},
                  {"bandwidth_gbps", deck.pipeline.link.bandwidth_gbps}};
   j["activation_bytes_per_cell"] = bytes;
+  // Mixed precision (docs/design.md): the policy's formats, the wire bytes
+  // each cell sent in the last step (bf16 / fp16: exactly half of float's)
+  // and fp16's loss scaler.
+  {
+    const gpipe::Precision& pr = pipeline.precision();
+    j["precision_policy"] = {{"compute", gpipe::name(pr.compute)}, {"accumulate", gpipe::name(pr.accumulate)},
+                             {"master", gpipe::name(pr.master)}, {"wire", gpipe::name(pr.wire)}};
+    j["boundary_bytes_per_step"] = boundary_bytes;
+    if (pr.loss_scaling) {
+      j["loss_scale"] = pipeline.loss_scaler().scale();
+      j["loss_scale_overflows"] = pipeline.loss_scaler().overflows();
+    }
+  }
   // The samples each epoch trains (a last batch smaller than D x M is not).
   j["train_samples"] = train_set.samples - pipeline.untrained_per_epoch(train_set.samples);
   j["untrained_samples_per_epoch"] = pipeline.untrained_per_epoch(train_set.samples);
@@ -681,10 +696,11 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
       fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
                  trace.measured_bubble(), header.bubble_fraction_analytical);
   }
+  const auto boundary = pipeline->gather_boundary_bytes();  // collective: every rank
   if (stopped_by != 0) {
     if (root && !options.summary.empty())
       write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                                train_set, test_set, earlier).dump(2) + "\n");
+                                                train_set, test_set, earlier, boundary).dump(2) + "\n");
     if (root)
       std::cerr << fmt::format("gpipe-train: stopped by {} after step {}: checkpoint {} written; "
                                "continue with --restart latest (exit status {})\n",
@@ -699,7 +715,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   }
   if (root && !options.summary.empty()) {
     write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                              train_set, test_set, earlier).dump(2) + "\n");
+                                              train_set, test_set, earlier, boundary).dump(2) + "\n");
     if (!options.quiet) fmt::print("summary written to {}\n", options.summary);
   }
   return 0;
@@ -810,7 +826,6 @@ int main(int argc, char** argv) {
     return kExitInputError;
   }
   return gpipe::app::abort_on_error("gpipe-train", rank, [&] {
-    return deck.precision == "double" ? train<double>(deck, options, rank, ranks)
-                                      : train<float>(deck, options, rank, ranks);
+    return gpipe::with_scalar(deck.precision, [&](auto t) { return train<decltype(t)>(deck, options, rank, ranks); });
   });
 }

@@ -2,6 +2,7 @@
 // catches every exception and turns it into a status and a message.
 
 #include "gpipe/gpipe.h"
+#include "gpipe/core/precision.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
@@ -172,10 +173,8 @@ gpipe_status check_target_arguments(const gpipe_trainer* trainer, int64_t n) {
 
 gpipe_status create(gpipe::Deck deck, MPI_Comm comm, gpipe_trainer** out) {
   auto t = std::make_unique<gpipe_trainer>();
-  if (deck.precision == "double")
-    t->impl = std::make_unique<gpipe::Pipeline<double>>(deck, comm);
-  else
-    t->impl = std::make_unique<gpipe::Pipeline<float>>(deck, comm);
+  gpipe::with_scalar(deck.precision,
+                     [&](auto s) { t->impl = std::make_unique<gpipe::Pipeline<decltype(s)>>(deck, comm); });
   t->deck = std::move(deck);
   *out = t.release();
   return GPIPE_OK;

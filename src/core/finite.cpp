@@ -1,4 +1,5 @@
 #include "gpipe/core/finite.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <limits>
 
@@ -19,7 +20,9 @@ std::int64_t first_nonfinite(const Vector<T>& v, const ExecSpace& space) {
   return first < n ? first : -1;
 }
 
-template std::int64_t first_nonfinite<float>(const Vector<float>&, const ExecSpace&);
-template std::int64_t first_nonfinite<double>(const Vector<double>&, const ExecSpace&);
+#define GPIPE_INSTANTIATE(T) \
+  template std::int64_t first_nonfinite<T>(const Vector<T>&, const ExecSpace&);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/io/checkpoint.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -147,6 +148,13 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
   info.epoch = h5::read_int_attribute(root, "epoch");
   info.seed = h5::read_uint_attribute(root, "seed");
   info.precision = h5::read_string_attribute(root, "precision");
+  info.run_precision = h5::has_attribute(root, "run_precision") ? h5::read_string_attribute(root, "run_precision")
+                                                                 : info.precision;
+  if (h5::has_attribute(root, "loss_scale")) {
+    info.loss_scale = h5::read_double_attribute(root, "loss_scale");
+    info.loss_scale_good_steps = h5::read_int_attribute(root, "loss_scale_good_steps");
+    info.loss_scale_overflows = h5::read_int_attribute(root, "loss_scale_overflows");
+  }
   info.optimizer = h5::read_string_attribute(root, "optimizer");
   info.optimizer_steps = h5::read_int_attribute(root, "optimizer_steps");
   info.deck = h5::read_string_attribute(root, "deck");
@@ -396,8 +404,7 @@ LatestCheckpoint find_latest_checkpoint(const std::string& directory, const Mode
   std::string error;
   if (rank == 0) {
     try {
-      latest = precision == "double" ? latest_of<double>(directory, model, optimizer)
-                                     : latest_of<float>(directory, model, optimizer);
+      latest = with_scalar(precision, [&](auto t) { return latest_of<decltype(t)>(directory, model, optimizer); });
       if (latest.path.empty())
         error = latest.skipped.empty()
                     ? fmt::format("{}: no complete checkpoint (ckpt_*.h5) to restart from", directory)
@@ -521,6 +528,12 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
         h5::write_attribute(root, "epoch", (long long)info.epoch);
         h5::write_attribute(root, "seed", std::uint64_t(info.seed));
         h5::write_attribute(root, "precision", info.precision);
+        h5::write_attribute(root, "run_precision", info.run_precision.empty() ? info.precision : info.run_precision);
+        if (info.loss_scale > 0) {
+          h5::write_attribute(root, "loss_scale", info.loss_scale);
+          h5::write_attribute(root, "loss_scale_good_steps", (long long)info.loss_scale_good_steps);
+          h5::write_attribute(root, "loss_scale_overflows", (long long)info.loss_scale_overflows);
+        }
         h5::write_attribute(root, "optimizer", info.optimizer);
         h5::write_attribute(root, "optimizer_steps", (long long)info.optimizer_steps);
         h5::write_attribute(root, "layers", (long long)layers.size());
@@ -674,13 +687,10 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
   return info;
 }
 
-template void write_checkpoint<float>(const std::string&, const ModelSpec&, const CheckpointInfo&,
-                                      const CheckpointShard<float>&, MPI_Comm);
-template void write_checkpoint<double>(const std::string&, const ModelSpec&, const CheckpointInfo&,
-                                       const CheckpointShard<double>&, MPI_Comm);
-template CheckpointInfo read_checkpoint<float>(const std::string&, const ModelSpec&, const std::string&,
-                                               CheckpointShard<float>&, MPI_Comm);
-template CheckpointInfo read_checkpoint<double>(const std::string&, const ModelSpec&, const std::string&,
-                                                CheckpointShard<double>&, MPI_Comm);
+#define GPIPE_INSTANTIATE(T) \
+  template void write_checkpoint<T>(const std::string&, const ModelSpec&, const CheckpointInfo&, const CheckpointShard<T>&, MPI_Comm); \
+  template CheckpointInfo read_checkpoint<T>(const std::string&, const ModelSpec&, const std::string&, CheckpointShard<T>&, MPI_Comm);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -30,7 +30,8 @@ const std::map<std::string, std::vector<std::string>>& schema() {
         "test_file", "inputs_dataset", "labels_dataset", "targets_dataset", "normalize",
         "normalize_targets", "train_limit", "test_limit", "tokens_dataset", "sequence_length"}},
       {"training",
-       {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every", "nonfinite"}},
+       {"epochs", "batch_size", "micro_batches", "shuffle", "progress_every", "nonfinite", "loss_scale",
+        "loss_scale_growth_interval", "loss_scale_growth", "loss_scale_backoff"}},
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule", "warmup_steps",
         "clip_norm"}},
@@ -125,7 +126,7 @@ const std::map<std::string, Domain>& domains() {
     std::map<std::string, Domain> t;
     t["seed"] = integer(0);
     t["seed"].unsigned64 = true;
-    t["precision"] = choice({"float", "double"});
+    t["precision"] = choice(std::vector<std::string>(precision_names(), precision_names() + kPrecisionCount));
     t["kernels"] = choice({"auto", "portable", "onednn"});
     t["data.format"] = choice({"idx", "hdf5", "tokens"});
     t["data.sequence_length"] = integer(1, kIntMax);
@@ -146,6 +147,10 @@ const std::map<std::string, Domain>& domains() {
     t["training.shuffle"].kind = Domain::Boolean;
     t["training.progress_every"] = integer(0);
     t["training.nonfinite"] = choice({"abort", "skip_step", "ignore"});
+    t["training.loss_scale"] = number(0, true);
+    t["training.loss_scale_growth_interval"] = integer(1);
+    t["training.loss_scale_growth"] = number(1, false);
+    t["training.loss_scale_backoff"] = number(0, true);
     t["optimizer.type"] = choice(optimizer_types());
     t["optimizer.lr"] = number(0, true);
     t["optimizer.momentum"] = fraction();
@@ -462,6 +467,14 @@ TrainingSpec read_training(const Section& t) {
   training.nonfinite = nonfinite == "ignore"      ? NonFinite::Ignore
                        : nonfinite == "skip_step" ? NonFinite::SkipStep
                                                   : NonFinite::Abort;
+  training.loss_scale = t.value<double>("loss_scale", training.loss_scale);
+  training.loss_scale_growth_interval =
+      t.value<std::int64_t>("loss_scale_growth_interval", training.loss_scale_growth_interval);
+  training.loss_scale_growth = t.value<double>("loss_scale_growth", training.loss_scale_growth);
+  training.loss_scale_backoff = t.value<double>("loss_scale_backoff", training.loss_scale_backoff);
+  if (training.loss_scale_backoff >= 1.0)
+    throw InputError(fmt::format("{}: training.loss_scale_backoff: {} does not back off (expected a number in (0, 1))",
+                                 t.where(t.raw("loss_scale_backoff")), training.loss_scale_backoff));
   return training;
 }
 

@@ -1,4 +1,5 @@
 #include "gpipe/io/predictions.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -54,10 +55,9 @@ void write_predictions(const std::string& path, const std::string& name, const s
     throw InputError(fmt::format("{}: cannot rename {} into place", path, tmp));
 }
 
-template void write_predictions<float>(const std::string&, const std::string&, const std::vector<float>&,
-                                       std::int64_t, std::int64_t, const PredictionInfo&);
-template void write_predictions<double>(const std::string&, const std::string&,
-                                        const std::vector<double>&, std::int64_t, std::int64_t,
-                                        const PredictionInfo&);
+#define GPIPE_INSTANTIATE(T) \
+  template void write_predictions<T>(const std::string&, const std::string&, const std::vector<T>&, std::int64_t, std::int64_t, const PredictionInfo&);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,6 +1,7 @@
 // Portable attention implementation of the kernel seam: the shared
 // attention_common.hpp with the portable strided-batched GEMM.
 #include "attention_common.hpp"
+#include "gpipe/core/precision.hpp"
 
 namespace gpipe::kernels::portable {
 
@@ -27,14 +28,10 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   detail::attention_backward<T>(space, shape, qkv, probs, d_out, work, d_qkv, Batched{});
 }
 
-template void attention_forward<float>(const ExecSpace&, const AttentionShape&, ConstMatrix<float>, Matrix<float>,
-                                       Matrix<float>);
-template void attention_forward<double>(const ExecSpace&, const AttentionShape&, ConstMatrix<double>,
-                                        Matrix<double>, Matrix<double>);
-template void attention_backward<float>(const ExecSpace&, const AttentionShape&, ConstMatrix<float>,
-                                        ConstMatrix<float>, ConstMatrix<float>, Matrix<float>, Matrix<float>);
-template void attention_backward<double>(const ExecSpace&, const AttentionShape&, ConstMatrix<double>,
-                                         ConstMatrix<double>, ConstMatrix<double>, Matrix<double>,
-                                         Matrix<double>);
+#define GPIPE_INSTANTIATE(T) \
+  template void attention_forward<T>(const ExecSpace&, const AttentionShape&, ConstMatrix<T>, Matrix<T>, Matrix<T>); \
+  template void attention_backward<T>(const ExecSpace&, const AttentionShape&, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, Matrix<T>, Matrix<T>);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe::kernels::portable

@@ -13,12 +13,14 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/views.hpp"
 #include "implementations.hpp"
+#include "reduced.hpp"
 
 namespace gpipe::kernels {
 
 namespace {
 
 std::atomic<int> chosen{int(Choice::automatic)};
+std::atomic<int> compute{int(Format::fp32)};
 
 // oneDNN runs on host memory only.
 constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
@@ -37,6 +39,8 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 //     1-4x and backward-weights 1-3.8x the raw GEMM rate, the portable
 //     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
+//   bf16 (2 bytes: bf16 operands, fp32 accumulation): oneDNN's bf16
+//     matmul and convolution (perf/README.md, "Mixed precision").
 Implementation automatic(Primitive p, int scalar_bytes) {
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
@@ -91,9 +95,9 @@ std::vector<Implementation> available() {
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::portable) return true;
 #ifdef GPIPE_ENABLE_ONEDNN
-  (void)primitive;  // every primitive has a oneDNN implementation at float
+  (void)primitive;  // every primitive has a oneDNN implementation at float and bf16
   if (implementation == Implementation::onednn)
-    return host_memory && scalar_bytes == 4;
+    return host_memory && (scalar_bytes == 4 || scalar_bytes == 2);
 #else
   (void)primitive;
   (void)scalar_bytes;
@@ -120,6 +124,10 @@ Choice parse_choice(const std::string& text, const std::string& field) {
 
 void select(Choice choice) { chosen.store(int(choice)); }
 
+void set_compute_format(Format format) { compute.store(int(format)); }
+
+Format compute_format() { return Format(compute.load()); }
+
 Choice selected() {
   if (const auto env = from_environment()) return *env;
   return Choice(chosen.load());
@@ -134,6 +142,22 @@ Implementation implementation(Primitive primitive, int scalar_bytes) {
     case Choice::automatic: break;
   }
   return automatic(primitive, scalar_bytes);
+}
+
+WeightCopy::~WeightCopy() {
+  if (params_) reduced::drop_weight_copy(params_);
+}
+
+void WeightCopy::refresh(const ExecSpace& space, const float* params, std::int64_t n) {
+  const bool bf16_onednn =
+      compute_format() == Format::bf16 && implementation(Primitive::gemm, 2) == Implementation::onednn;
+  if (!bf16_onednn || n == 0) {
+    if (params_) reduced::drop_weight_copy(params_);
+    params_ = nullptr;
+    return;
+  }
+  reduced::register_weight_copy(space, params, n);
+  params_ = params;
 }
 
 std::string build_summary() {
@@ -157,8 +181,8 @@ std::string selection_summary() {
   const char* sep = " ";
   for (Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::attention,
                       Primitive::conv2d})
-    for (int bytes : {4, 8}) {
-      out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : "double",
+    for (int bytes : {4, 8, 2}) {
+      out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : bytes == 8 ? "double" : "bf16",
                          name(implementation(p, bytes)));
       sep = ", ";
     }

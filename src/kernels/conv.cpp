@@ -8,6 +8,7 @@
 
 #include "conv_common.hpp"
 #include "gpipe/config.hpp"
+#include "reduced.hpp"
 
 namespace gpipe::kernels {
 
@@ -23,6 +24,20 @@ std::string dims(const V& v) {
 }
 
 std::atomic<std::int64_t> primitives_created{0};
+
+// The reduced compute format (backend.hpp, set_compute_format): x, w and dy
+// rounded into the seam's workspace before the implementation runs on them
+// (fp32 accumulation and results); `m` itself at fp32 (and for double).
+template <class T>
+ConstMatrix<T> operand(const ExecSpace& space, ConstMatrix<T> m, int slot) {
+  if constexpr (std::is_same_v<T, float>) {
+    const Format f = compute_format();
+    if (reduced::active(f) && m.span() > 0) return reduced::rounded(space, f, m, slot);
+  }
+  (void)space;
+  (void)slot;
+  return m;
+}
 
 }  // namespace
 
@@ -79,7 +94,7 @@ void Conv2d<T>::forward(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T>
           "forward", fmt::format("x {}, w {}, b ({}), y {} for C*H*W {}, F*P {}, taps {}", dims(x), dims(w),
                                  b.extent(0), dims(y), s.in_features(), s.out_features(), s.taps()));
   if (x.extent(0) == 0) return;
-  impl_->forward(space, x, w, b, y, saved);
+  impl_->forward(space, operand(space, x, reduced::x), operand(space, w, reduced::w), b, y, saved);
 }
 
 template <class T>
@@ -90,7 +105,7 @@ void Conv2d<T>::backward_data(const ExecSpace& space, ConstMatrix<T> dy, ConstMa
               std::int64_t(w.extent(1)) == s.taps(),
           "backward_data", fmt::format("dy {}, w {}, dx {}", dims(dy), dims(w), dims(dx)));
   if (dy.extent(0) == 0) return;
-  impl_->backward_data(space, dy, w, dx);
+  impl_->backward_data(space, operand(space, dy, reduced::dy), operand(space, w, reduced::w), dx);
 }
 
 template <class T>
@@ -102,7 +117,8 @@ void Conv2d<T>::backward_weights(const ExecSpace& space, ConstMatrix<T> x, Const
               std::int64_t(dw.extent(1)) == s.taps() &&
               (db.extent(0) == 0 || std::int64_t(db.extent(0)) == s.filters),
           "backward_weights", fmt::format("x {}, dy {}, dw {}, db ({})", dims(x), dims(dy), dims(dw), db.extent(0)));
-  impl_->backward_weights(space, x, dy, saved, dw, db, accumulate);
+  impl_->backward_weights(space, operand(space, x, reduced::x), operand(space, dy, reduced::dy), saved, dw, db,
+                          accumulate);
 }
 
 template <class T>
@@ -117,10 +133,12 @@ void Conv2d<T>::backward(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T
               (dx.extent(0) == 0 || (dx.extent(0) == x.extent(0) && std::int64_t(dx.extent(1)) == s.in_features())),
           "backward", fmt::format("x {}, dy {}, w {}, dw {}, db ({}), dx {}", dims(x), dims(dy), dims(w), dims(dw),
                                   db.extent(0), dims(dx)));
-  impl_->backward(space, x, dy, w, saved, dw, db, accumulate, dx);
+  impl_->backward(space, operand(space, x, reduced::x), operand(space, dy, reduced::dy),
+                  operand(space, w, reduced::w), saved, dw, db, accumulate, dx);
 }
 
-template class Conv2d<float>;
-template class Conv2d<double>;
+#define GPIPE_INSTANTIATE(T) template class Conv2d<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe::kernels

@@ -24,6 +24,7 @@
 #include <algorithm>
 
 #include "../layers/im2col.hpp"
+#include "gpipe/core/precision.hpp"
 #include "conv_common.hpp"
 #include "gpipe/core/fixed_sum.hpp"
 #include "kokkos_blas.hpp"
@@ -197,7 +198,9 @@ std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape) {
   return std::make_unique<Conv2dPortable<T>>(shape);
 }
 
-template std::unique_ptr<Conv2d<float>::Impl> make_conv2d<float>(const ConvShape&);
-template std::unique_ptr<Conv2d<double>::Impl> make_conv2d<double>(const ConvShape&);
+#define GPIPE_INSTANTIATE(T) \
+  template std::unique_ptr<Conv2d<T>::Impl> make_conv2d<T>(const ConvShape&);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe::kernels::portable

@@ -4,8 +4,10 @@
 
 #include <stdexcept>
 
+#include "attention_common.hpp"
 #include "gpipe/config.hpp"
 #include "implementations.hpp"
+#include "reduced.hpp"
 
 namespace gpipe::kernels {
 
@@ -43,6 +45,119 @@ struct Region {
 std::int64_t rows_of(Op o, const Strided& s) { return o == Op::none ? s.rows : s.cols; }
 std::int64_t cols_of(Op o, const Strided& s) { return o == Op::none ? s.cols : s.rows; }
 
+// The elements a strided-batched operand addresses, from its base: the
+// last matrix's last element + 1 (0 for an empty batch).
+std::int64_t footprint(std::int64_t outer, std::int64_t inner, const Strided& s) {
+  if (outer == 0 || inner == 0 || s.rows == 0 || s.cols == 0) return 0;
+  return (outer - 1) * s.outer_stride + (inner - 1) * s.inner_stride + (s.rows - 1) * s.ld + s.cols;
+}
+
+// Whether bf16 operands go to oneDNN's bf16 primitive for `p`.
+bool onednn_bf16(Format f, Primitive p) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  return f == Format::bf16 && implementation(p, 2) == Implementation::onednn;
+#else
+  (void)f;
+  (void)p;
+  return false;
+#endif
+}
+
+const bf16* converted(const ExecSpace& space, const float* v, std::int64_t n, int slot) {
+  if (const bf16* copy = reduced::weight_copy(v, n)) return copy;  // a weight: converted once per step
+  bf16* out = reduced::scratch16(slot, n);
+  reduced::to_bf16(space, v, n, out);
+  return out;
+}
+
+}  // namespace
+
+// The float primitives on operands already rounded (or at fp32).
+namespace {
+void gemm_f32(const ExecSpace& space, Op ta, Op tb, float alpha, ConstMatrix<float> a, ConstMatrix<float> b,
+              float beta, Matrix<float> c) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_runs<float>(Primitive::gemm)) return onednn::gemm(space, ta, tb, alpha, a, b, beta, c);
+#endif
+  portable::gemm<float>(space, ta, tb, alpha, a, b, beta, c);
+}
+
+void gemm_bias_f32(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+                   Matrix<float> y) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_runs<float>(Primitive::gemm_bias)) return onednn::gemm_bias(space, x, w, bias, y);
+#endif
+  portable::gemm_bias<float>(space, x, w, bias, y);
+}
+
+void batched_f32(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                 const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
+                 const Strided& sc) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_runs<float>(Primitive::batched_gemm))
+    return onednn::batched_gemm(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+#endif
+  portable::batched_gemm<float>(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+}
+
+// Reduced compute format (bf16 / fp16): operands rounded, fp32 accumulation.
+void gemm_reduced(const ExecSpace& space, Format f, Op ta, Op tb, float alpha, ConstMatrix<float> a,
+                  ConstMatrix<float> b, float beta, Matrix<float> c) {
+  const std::int64_t k = std::int64_t(ta == Op::none ? a.extent(1) : a.extent(0));
+  if (c.extent(0) == 0 || c.extent(1) == 0) return;
+  if (k == 0) return gemm_f32(space, ta, tb, alpha, a, b, beta, c);  // C = beta C
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_bf16(f, Primitive::gemm))
+    return onednn::gemm_bf16(space, ta, tb, alpha, converted(space, a.data(), std::int64_t(a.span()), reduced::a),
+                             std::int64_t(a.extent(0)), std::int64_t(a.extent(1)),
+                             converted(space, b.data(), std::int64_t(b.span()), reduced::b),
+                             std::int64_t(b.extent(0)), std::int64_t(b.extent(1)), beta, c);
+#endif
+  gemm_f32(space, ta, tb, alpha, reduced::rounded(space, f, a, reduced::a), reduced::rounded(space, f, b, reduced::b),
+           beta, c);
+}
+
+void gemm_bias_reduced(const ExecSpace& space, Format f, ConstMatrix<float> x, ConstMatrix<float> w,
+                       ConstMatrix<float> bias, Matrix<float> y) {
+  if (y.extent(0) == 0) return;
+  if (x.extent(1) == 0) return gemm_bias_f32(space, x, w, bias, y);
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_bf16(f, Primitive::gemm_bias))
+    return onednn::gemm_bias_bf16(space, converted(space, x.data(), std::int64_t(x.span()), reduced::a),
+                                  std::int64_t(x.extent(0)), std::int64_t(x.extent(1)),
+                                  converted(space, w.data(), std::int64_t(w.span()), reduced::b),
+                                  std::int64_t(w.extent(1)), bias, y);
+#endif
+  gemm_bias_f32(space, reduced::rounded(space, f, x, reduced::a), reduced::rounded(space, f, w, reduced::b), bias, y);
+}
+
+void batched_reduced(const ExecSpace& space, Format f, Op ta, Op tb, std::int64_t outer, std::int64_t inner,
+                     float alpha, const float* a, const Strided& sa, const float* b, const Strided& sb, float beta,
+                     float* c, const Strided& sc) {
+  if (sc.rows == 0 || sc.cols == 0) return;
+  if ((ta == Op::none ? sa.cols : sa.rows) == 0)
+    return batched_f32(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+  const std::int64_t na = footprint(outer, inner, sa), nb = footprint(outer, inner, sb);
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (onednn_bf16(f, Primitive::batched_gemm))
+    return onednn::batched_gemm_bf16(space, ta, tb, outer, inner, alpha, converted(space, a, na, reduced::a), sa,
+                                     converted(space, b, nb, reduced::b), sb, beta, c, sc);
+#endif
+  float* ra = reduced::scratch(reduced::a, na);
+  float* rb = reduced::scratch(reduced::b, nb);
+  reduced::round(space, f, a, na, ra);
+  reduced::round(space, f, b, nb, rb);
+  batched_f32(space, ta, tb, outer, inner, alpha, ra, sa, rb, sb, beta, c, sc);
+}
+
+// Attention's batched GEMMs through the public entry point (reduced there).
+struct SeamBatched {
+  void operator()(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                  const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
+                  const Strided& sc) const {
+    batched_reduced(space, compute_format(), ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+  }
+};
 }  // namespace
 
 template <class T>
@@ -54,6 +169,7 @@ void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, Const
           fmt::format("op(A) {}x{}, op(B) {}x{}, C {}", m, ka, kb, n, dims(c)));
   const Region region("gpipe::kernels::gemm");
   if constexpr (std::is_same_v<T, float>) {
+    if (const Format f = compute_format(); reduced::active(f)) return gemm_reduced(space, f, ta, tb, alpha, a, b, beta, c);
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::gemm)) return onednn::gemm(space, ta, tb, alpha, a, b, beta, c);
 #endif
@@ -68,6 +184,7 @@ void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, Const
           "gemm_bias", fmt::format("X {}, W {}, bias {}, Y {}", dims(x), dims(w), dims(bias), dims(y)));
   const Region region("gpipe::kernels::gemm_bias");
   if constexpr (std::is_same_v<T, float>) {
+    if (const Format f = compute_format(); reduced::active(f)) return gemm_bias_reduced(space, f, x, w, bias, y);
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::gemm_bias)) return onednn::gemm_bias(space, x, w, bias, y);
 #endif
@@ -87,6 +204,8 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
   if (outer * inner == 0) return;
   const Region region("gpipe::kernels::batched_gemm");
   if constexpr (std::is_same_v<T, float>) {
+    if (const Format f = compute_format(); reduced::active(f))
+      return batched_reduced(space, f, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::batched_gemm))
       return onednn::batched_gemm(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
@@ -118,6 +237,8 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
   if (shape.samples == 0) return;
   const Region region("gpipe::kernels::attention_forward");
   if constexpr (std::is_same_v<T, float>) {
+    if (reduced::active(compute_format()))
+      return detail::attention_forward<float>(space, shape, qkv, probs, out, SeamBatched{});
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention)) return onednn::attention_forward(space, shape, qkv, probs, out);
 #endif
@@ -136,6 +257,8 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   if (shape.samples == 0) return;
   const Region region("gpipe::kernels::attention_backward");
   if constexpr (std::is_same_v<T, float>) {
+    if (reduced::active(compute_format()))
+      return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, SeamBatched{});
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention))
       return onednn::attention_backward(space, shape, qkv, probs, d_out, work, d_qkv);
@@ -153,8 +276,7 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
                                      Matrix<T>);                                                             \
   template void attention_backward<T>(const ExecSpace&, const AttentionShape&, ConstMatrix<T>, ConstMatrix<T>, \
                                       ConstMatrix<T>, Matrix<T>, Matrix<T>);
-GPIPE_INSTANTIATE(float)
-GPIPE_INSTANTIATE(double)
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
 #undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe::kernels

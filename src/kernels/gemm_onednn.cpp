@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl_version.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@ namespace {
 
 using dims = memory::dims;
 constexpr auto f32 = memory::data_type::f32;
+constexpr auto bf16_t = memory::data_type::bf16;
 
 Cache& cache() {
   static Cache c;
@@ -29,10 +31,11 @@ Cache& cache() {
 }
 
 // Strided-batched operand as stored -> its op() descriptor (outer, inner, r, c).
-memory::desc batched_desc(Op o, std::int64_t outer, std::int64_t inner, const Strided& s) {
-  if (o == Op::none) return memory::desc(dims{outer, inner, s.rows, s.cols}, f32,
+memory::desc batched_desc(Op o, std::int64_t outer, std::int64_t inner, const Strided& s,
+                          memory::data_type t = f32) {
+  if (o == Op::none) return memory::desc(dims{outer, inner, s.rows, s.cols}, t,
                                          dims{s.outer_stride, s.inner_stride, s.ld, 1});
-  return memory::desc(dims{outer, inner, s.cols, s.rows}, f32, dims{s.outer_stride, s.inner_stride, 1, s.ld});
+  return memory::desc(dims{outer, inner, s.cols, s.rows}, t, dims{s.outer_stride, s.inner_stride, 1, s.ld});
 }
 
 dnnl::primitive_attr attributes(float alpha, float beta) {
@@ -55,7 +58,16 @@ std::int64_t bits(float f) {
 Entry make_matmul(const memory::desc& a, const memory::desc& b, const memory::desc* bias, const memory::desc& c,
                   float alpha, float beta) {
   const auto desc = bias ? dnnl::matmul::desc(a, b, *bias, c) : dnnl::matmul::desc(a, b, c);
-  const dnnl::matmul::primitive_desc pd(desc, attributes(alpha, beta), engine());
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(desc, attributes(alpha, beta), engine());
+  } catch (const dnnl::error& e) {
+    if (a.data_type() != bf16_t) throw;
+    throw std::runtime_error(fmt::format(
+        "gpipe::kernels: oneDNN {} has no bf16 matmul on this CPU ({}); run with kernels: portable "
+        "(GPIPE_KERNELS=portable) to round the operands to bf16 in fp32 kernels instead",
+        version(), e.what()));
+  }
   Entry e;
   e.primitive = dnnl::matmul(pd);
   e.args = {{DNNL_ARG_SRC, unbound(a)}, {DNNL_ARG_WEIGHTS, unbound(b)}, {DNNL_ARG_DST, unbound(c)}};
@@ -124,6 +136,50 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
                           sc.rows, sc.cols, sc.ld, sc.outer_stride, sc.inner_stride}, [&] {
     return make_matmul(batched_desc(ta, outer, inner, sa), batched_desc(tb, outer, inner, sb), nullptr,
                        batched_desc(Op::none, outer, inner, sc), alpha, beta);
+  });
+  e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+}
+
+// bf16 operands (converted by the caller, dispatch.cpp), fp32 accumulation
+// and fp32 results: the same matmul descriptors with bf16 sources.
+
+void gemm_bf16(const ExecSpace& space, Op ta, Op tb, float alpha, const bf16* a, std::int64_t ar, std::int64_t ac,
+               const bf16* b, std::int64_t br, std::int64_t bc, float beta, Matrix<float> c) {
+  const std::int64_t m = std::int64_t(c.extent(0)), n = std::int64_t(c.extent(1));
+  const std::int64_t k = ta == Op::none ? ac : ar;
+  space.fence();
+  Entry& e = cache().get({10, int(ta), int(tb), ar, ac, br, bc, m, n, bits(alpha), bits(beta)}, [&] {
+    const memory::desc ad = ta == Op::none ? memory::desc({m, k}, bf16_t, dims{ac, 1})
+                                           : memory::desc({m, k}, bf16_t, dims{1, ac});
+    const memory::desc bd = tb == Op::none ? memory::desc({k, n}, bf16_t, dims{bc, 1})
+                                           : memory::desc({k, n}, bf16_t, dims{1, bc});
+    const memory::desc cd({m, n}, f32, dims{n, 1});
+    return make_matmul(ad, bd, nullptr, cd, alpha, beta);
+  });
+  e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c.data()}});
+}
+
+void gemm_bias_bf16(const ExecSpace& space, const bf16* x, std::int64_t m, std::int64_t k, const bf16* w,
+                    std::int64_t n, ConstMatrix<float> bias, Matrix<float> y) {
+  space.fence();
+  Entry& e = cache().get({11, m, k, n}, [&] {
+    const memory::desc xd({m, k}, bf16_t, dims{k, 1}), wd({k, n}, bf16_t, dims{n, 1}), bd({1, n}, f32, dims{n, 1}),
+        yd({m, n}, f32, dims{n, 1});
+    return make_matmul(xd, wd, &bd, yd, 1.0f, 0.0f);
+  });
+  e.run({{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias.data()}, {DNNL_ARG_DST, y.data()}});
+}
+
+void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                       const bf16* a, const Strided& sa, const bf16* b, const Strided& sb, float beta, float* c,
+                       const Strided& sc) {
+  space.fence();
+  Entry& e = cache().get({12, int(ta), int(tb), outer, inner, bits(alpha), bits(beta),
+                          sa.rows, sa.cols, sa.ld, sa.outer_stride, sa.inner_stride,
+                          sb.rows, sb.cols, sb.ld, sb.outer_stride, sb.inner_stride,
+                          sc.rows, sc.cols, sc.ld, sc.outer_stride, sc.inner_stride}, [&] {
+    return make_matmul(batched_desc(ta, outer, inner, sa, bf16_t), batched_desc(tb, outer, inner, sb, bf16_t),
+                       nullptr, batched_desc(Op::none, outer, inner, sc), alpha, beta);
   });
   e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
 }

@@ -4,6 +4,7 @@
 // strided-batched GEMM.
 #include <KokkosBatched_Gemm_Decl.hpp>
 
+#include "gpipe/core/precision.hpp"
 #include "implementations.hpp"
 #include "kokkos_blas.hpp"
 
@@ -72,8 +73,7 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
   template void gemm_bias<T>(const ExecSpace&, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, Matrix<T>); \
   template void batched_gemm<T>(const ExecSpace&, Op, Op, std::int64_t, std::int64_t, T, const T*,          \
                                 const Strided&, const T*, const Strided&, T, T*, const Strided&);
-GPIPE_INSTANTIATE(float)
-GPIPE_INSTANTIATE(double)
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
 #undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe::kernels::portable

@@ -6,6 +6,7 @@
 // backend.cpp picks. A new implementation (e.g. cuBLASLt) adds a namespace
 // here, its files, a case in dispatch.cpp and its rows in backend.cpp.
 
+#include "gpipe/core/half.hpp"
 #include "gpipe/kernels/attention.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/kernels/gemm.hpp"
@@ -45,6 +46,16 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
 void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
                         ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
                         Matrix<float> d_qkv);
+// bf16 operands (row-major, as the float ones; converted by dispatch.cpp),
+// fp32 accumulation, fp32 results and bias. Throw std::runtime_error with
+// a clear message where the CPU has no bf16 matmul.
+void gemm_bf16(const ExecSpace& space, Op ta, Op tb, float alpha, const bf16* a, std::int64_t ar, std::int64_t ac,
+               const bf16* b, std::int64_t br, std::int64_t bc, float beta, Matrix<float> c);
+void gemm_bias_bf16(const ExecSpace& space, const bf16* x, std::int64_t m, std::int64_t k, const bf16* w,
+                    std::int64_t n, ConstMatrix<float> bias, Matrix<float> y);
+void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                       const bf16* a, const Strided& sa, const bf16* b, const Strided& sb, float beta, float* c,
+                       const Strided& sc);
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
 }  // namespace onednn

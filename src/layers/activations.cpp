@@ -1,4 +1,5 @@
 #include "gpipe/layers/activations.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include "gpipe/core/kokkos_compat.hpp"
 
@@ -77,12 +78,9 @@ void Elementwise<T, Op>::backward(const PassContext& ctx, ConstMatrix<T> x, Cons
       KOKKOS_LAMBDA(const std::int64_t i) { dxf(i) = dyf(i) * Op::derivative(xf(i)); });
 }
 
-template class Elementwise<float, ReluOp>;
-template class Elementwise<double, ReluOp>;
-template class Elementwise<float, TanhOp>;
-template class Elementwise<double, TanhOp>;
-template class Elementwise<float, GeluOp>;
-template class Elementwise<double, GeluOp>;
+#define GPIPE_INSTANTIATE(T) template class Elementwise<T, ReluOp>; template class Elementwise<T, TanhOp>; template class Elementwise<T, GeluOp>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 namespace {
 template <class Op, template <class> class L>

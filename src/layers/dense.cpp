@@ -1,4 +1,5 @@
 #include "gpipe/layers/dense.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <cmath>
 #include <fmt/format.h>
@@ -76,8 +77,9 @@ void Dense<T>::backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatri
     kernels::gemm<T>(ctx.space, kernels::Op::none, kernels::Op::transpose, T(1), dy, weight_, T(0), dx);
 }
 
-template class Dense<float>;
-template class Dense<double>;
+#define GPIPE_INSTANTIATE(T) template class Dense<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 namespace {
 LayerEntry dense_entry() {

@@ -1,4 +1,5 @@
 #include "gpipe/layers/dropout.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include "gpipe/core/rng.hpp"
 
@@ -50,8 +51,9 @@ void Dropout<T>::backward(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T>
   apply_mask<T>(ctx, this->index(), rate_, dy, dx, "gpipe::Dropout::backward");
 }
 
-template class Dropout<float>;
-template class Dropout<double>;
+#define GPIPE_INSTANTIATE(T) template class Dropout<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 namespace {
 LayerEntry dropout_entry() {

@@ -1,4 +1,5 @@
 #include "gpipe/layers/factory.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <type_traits>
 
@@ -15,10 +16,11 @@ std::unique_ptr<Layer<T>> make_layer(const ModelSpec& model, std::int64_t index)
   return make_layer<T>(model_shapes(model).at(size_t(index)));
 }
 
-template std::unique_ptr<Layer<float>> make_layer<float>(const LayerShape&);
-template std::unique_ptr<Layer<double>> make_layer<double>(const LayerShape&);
-template std::unique_ptr<Layer<float>> make_layer<float>(const ModelSpec&, std::int64_t);
-template std::unique_ptr<Layer<double>> make_layer<double>(const ModelSpec&, std::int64_t);
+#define GPIPE_INSTANTIATE_FUNCTIONS(T) \
+  template std::unique_ptr<Layer<T>> make_layer<T>(const LayerShape&); \
+  template std::unique_ptr<Layer<T>> make_layer<T>(const ModelSpec&, std::int64_t);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE_FUNCTIONS)
+#undef GPIPE_INSTANTIATE_FUNCTIONS
 
 template <class T>
 void Layer<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y) {
@@ -39,7 +41,8 @@ void Layer<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T>
   backward(ctx, x, dy, dx, SavedView<T>(saved.data(), saved.extent(0)));
 }
 
-template class Layer<float>;
-template class Layer<double>;
+#define GPIPE_INSTANTIATE(T) template class Layer<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

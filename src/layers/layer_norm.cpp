@@ -1,4 +1,5 @@
 #include "gpipe/layers/layer_norm.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -126,8 +127,9 @@ void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatri
       });
 }
 
-template class LayerNorm<float>;
-template class LayerNorm<double>;
+#define GPIPE_INSTANTIATE(T) template class LayerNorm<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 namespace {
 LayerEntry layer_norm_entry() {

@@ -1,4 +1,5 @@
 #include "gpipe/layers/softmax_cross_entropy.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/fixed_sum.hpp"
@@ -121,7 +122,8 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, const Targets<T
   return evaluate(logits, targets.labels, scale, dlogits);
 }
 
-template class SoftmaxCrossEntropy<float>;
-template class SoftmaxCrossEntropy<double>;
+#define GPIPE_INSTANTIATE(T) template class SoftmaxCrossEntropy<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

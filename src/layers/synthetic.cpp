@@ -4,6 +4,7 @@
 //    backward_weights_us: 20, params: 0}
 
 #include "gpipe/layers/synthetic.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -115,8 +116,9 @@ void Synthetic<T>::backward_weights(const PassContext&, ConstMatrix<T>, ConstMat
   emulate_compute(per_rows(config_.backward_weights_us, std::int64_t(dy.extent(0))));
 }
 
-template class Synthetic<float>;
-template class Synthetic<double>;
+#define GPIPE_INSTANTIATE(T) template class Synthetic<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 namespace {
 LayerEntry synthetic_entry() {

@@ -1,4 +1,5 @@
 #include "gpipe/loss/loss.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -63,7 +64,9 @@ RegressionMetrics regression_metrics(const std::vector<double>& moments, std::in
   return m;
 }
 
-template std::unique_ptr<Loss<float>> make_loss<float>(const LossSpec&);
-template std::unique_ptr<Loss<double>> make_loss<double>(const LossSpec&);
+#define GPIPE_INSTANTIATE(T) \
+  template std::unique_ptr<Loss<T>> make_loss<T>(const LossSpec&);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/loss/regression.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -96,7 +97,8 @@ LossSums RegressionLoss<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& t
   return sums;
 }
 
-template class RegressionLoss<float>;
-template class RegressionLoss<double>;
+#define GPIPE_INSTANTIATE(T) template class RegressionLoss<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/loss/token_cross_entropy.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -43,7 +44,8 @@ TokenMetrics token_metrics(double loss_per_token) {
   return m;
 }
 
-template class TokenCrossEntropy<float>;
-template class TokenCrossEntropy<double>;
+#define GPIPE_INSTANTIATE(T) template class TokenCrossEntropy<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

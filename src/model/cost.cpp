@@ -1,4 +1,5 @@
 #include "gpipe/model/cost.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <chrono>
 
@@ -96,13 +97,11 @@ std::vector<double> layer_costs(const ModelSpec& model, const std::string& mode,
   return costs;
 }
 
-template double time_layer<float>(const ModelSpec&, std::int64_t, std::int64_t);
-template double time_layer<double>(const ModelSpec&, std::int64_t, std::int64_t);
-template LayerSeconds time_layer_parts<float>(const ModelSpec&, std::int64_t, std::int64_t);
-template LayerSeconds time_layer_parts<double>(const ModelSpec&, std::int64_t, std::int64_t);
-template std::vector<double> layer_costs<float>(const ModelSpec&, const std::string&, std::int64_t,
-                                                MPI_Comm);
-template std::vector<double> layer_costs<double>(const ModelSpec&, const std::string&,
-                                                 std::int64_t, MPI_Comm);
+#define GPIPE_INSTANTIATE(T) \
+  template double time_layer<T>(const ModelSpec&, std::int64_t, std::int64_t); \
+  template LayerSeconds time_layer_parts<T>(const ModelSpec&, std::int64_t, std::int64_t); \
+  template std::vector<double> layer_costs<T>(const ModelSpec&, const std::string&, std::int64_t, MPI_Comm);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/optim/clip.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <cmath>
 
@@ -64,11 +65,10 @@ void scale_in_place(const ExecSpace& space, Vector<T> values, T factor) {
       KOKKOS_LAMBDA(const std::int64_t i) { values(i) *= factor; });
 }
 
-template std::vector<double> segment_squared_norms<float>(const ExecSpace&, ConstVector<float>,
-                                                          const std::vector<std::int64_t>&);
-template std::vector<double> segment_squared_norms<double>(const ExecSpace&, ConstVector<double>,
-                                                           const std::vector<std::int64_t>&);
-template void scale_in_place<float>(const ExecSpace&, Vector<float>, float);
-template void scale_in_place<double>(const ExecSpace&, Vector<double>, double);
+#define GPIPE_INSTANTIATE(T) \
+  template std::vector<double> segment_squared_norms<T>(const ExecSpace&, ConstVector<T>, const std::vector<std::int64_t>&); \
+  template void scale_in_place<T>(const ExecSpace&, Vector<T>, T);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

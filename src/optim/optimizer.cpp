@@ -1,4 +1,5 @@
 #include "gpipe/optim/optimizer.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -103,12 +104,12 @@ double learning_rate(const OptimizerSpec& spec, std::int64_t step, std::int64_t 
   return spec.lr * 0.5 * (1.0 + std::cos(pi * (double(step) - w) / (double(total_steps) - w)));
 }
 
-template class Sgd<float>;
-template class Sgd<double>;
-template class Adam<float>;
-template class Adam<double>;
-template std::unique_ptr<Optimizer<float>> make_optimizer<float>(const OptimizerSpec&, std::int64_t);
-template std::unique_ptr<Optimizer<double>> make_optimizer<double>(const OptimizerSpec&,
-                                                                   std::int64_t);
+#define GPIPE_INSTANTIATE(T) template class Sgd<T>; template class Adam<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
+#define GPIPE_INSTANTIATE_FUNCTIONS(T) \
+  template std::unique_ptr<Optimizer<T>> make_optimizer<T>(const OptimizerSpec&, std::int64_t);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE_FUNCTIONS)
+#undef GPIPE_INSTANTIATE_FUNCTIONS
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/parallel/gradient_reducer.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -148,7 +149,8 @@ void GradientReducer<T>::finish() {
   for (auto& b : buckets_) b.started = b.done = false;
 }
 
-template class GradientReducer<float>;
-template class GradientReducer<double>;
+#define GPIPE_INSTANTIATE(T) template class GradientReducer<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

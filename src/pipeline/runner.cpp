@@ -283,7 +283,8 @@ void Runner<T>::predict(ConstMatrix<T> inputs, std::int64_t n, Matrix<T> logits)
   forward_only_run(inputs, Targets<T>(), n);
 }
 
-template class Runner<float>;
-template class Runner<double>;
+#define GPIPE_INSTANTIATE(T) template class Runner<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

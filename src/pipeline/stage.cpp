@@ -1,4 +1,5 @@
 #include "gpipe/pipeline/stage.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
 
 #include <fmt/format.h>
 
@@ -143,6 +144,8 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   if (!batch_source)
     for (int s = 0; s < plan.input_grad.slots; ++s)
       input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})  // precision policy's wire
+    for (auto& b : *buffers) b.set_wire_format(options_.wire);
   if (loss_sink) {
     logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
     loss_ = make_loss<T>(model.loss);
@@ -261,8 +264,11 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
   {
     const Tracer::Scope compute(tracer, whole_stage ? EventKind::Forward : EventKind::Recompute, m);
     const int count = whole_stage ? int(layers_.size()) : int(layers_.size()) - 1;
-    for (int l = 0; l < count; ++l)
+    for (int l = 0; l < count; ++l) {
       layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
+      const Matrix<T> y = layer_output(m, l);  // 16-bit wire: every activation a 16-bit value
+      if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+    }
     if (!whole_stage) return;  // a recompute stops before the stage output
     if (!send) {
       const Matrix<T> out = layer_output(m, int(layers_.size()) - 1);
@@ -277,7 +283,7 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
       const Matrix<T> dlogits =
           state_.training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = state_.placement.global_size > 0 ? state_.placement.global_size : state_.batch_size;
-      sums += loss_->evaluate(out, targets, T(1.0 / double(N)), dlogits);
+      sums += loss_->evaluate(out, targets, T(state_.loss_scale / double(N)), dlogits);
       return;
     }
   }
@@ -345,6 +351,8 @@ void Stage<T>::backward(int m, bool split) {
                                      layer_saved(m, l));
         if (final_gradients) state_.gradient_final(local);
       }
+      if (packed_wire(options_.wire) && dx.data())  // 16-bit wire: every input gradient a 16-bit value
+        round_activations(options_.space, options_.wire, dx.data(), std::int64_t(dx.span()));
       dy = dx;
     }
   }
@@ -425,7 +433,8 @@ void Stage<T>::abandon() noexcept {
 
 template struct StepState<float>;
 template struct StepState<double>;
-template class Stage<float>;
-template class Stage<double>;
+#define GPIPE_INSTANTIATE(T) template class Stage<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

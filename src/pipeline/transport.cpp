@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
 
 namespace gpipe {
 
@@ -107,6 +110,7 @@ template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
     : device_(std::move(other.device_)),
       host_(std::move(other.host_)),
+      packed_(std::move(other.packed_)),
       space_(other.space_),
       request_(other.request_),
       stamp_request_(other.stamp_request_),
@@ -128,6 +132,7 @@ BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept
   cancel();
   device_ = std::move(other.device_);
   host_ = std::move(other.host_);
+  packed_ = std::move(other.packed_);
   space_ = other.space_;
   request_ = other.request_;
   other.request_ = MPI_REQUEST_NULL;
@@ -182,10 +187,34 @@ void BoundaryBuffer<T>::cancel() noexcept {
   // not even after Kokkos::finalize) and continue with fresh ones.
   static auto* orphans = new std::vector<std::pair<Matrix<T>, HostBuffer>>();
   orphans->emplace_back(device_, host_);
+  if (packed_.device.data()) {
+    static auto* packed_orphans = new std::vector<Packed>();
+    packed_orphans->push_back(packed_);
+    const Format format = packed_.format;
+    packed_ = Packed{};
+    set_wire_format(format);
+  }
   device_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, device_.label()), device_.extent(0),
                       device_.extent(1));
   if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, host_.label()),
                                    device_.extent(0), device_.extent(1));
+}
+
+template <class T>
+void BoundaryBuffer<T>::set_wire_format(Format format) {
+  if (!packed_wire(format)) {  // fp32 / fp64: the values as they are
+    packed_ = Packed{};
+    return;
+  }
+  if (!std::is_same_v<T, float>)
+    throw std::invalid_argument(fmt::format("gpipe::BoundaryBuffer: wire format {} needs float buffers", name(format)));
+  packed_.format = format;
+  const std::string label = std::string(device_.label()) + "::wire";
+  packed_.device = Kokkos::View<std::uint16_t*, MemSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
+                                                          device_.span());
+  if (staged())
+    packed_.host = Kokkos::View<std::uint16_t*, compat::HostPinnedSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"), device_.span());
 }
 
 template <class T>
@@ -225,8 +254,10 @@ void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64
       throw PipelineError(fmt::format("rank {}: MPI_Irecv of the link stamp of the {} from rank {} failed: {}",
                                       rank_, describe(), source, mpi_error_text(rc)));
   }
-  const int rc = MPI_Irecv(mpi_buffer(), mpi_count(std::int64_t(device_.span()), describe()), mpi_type<T>(),
-                           source, tag, comm, &request_);
+  void* buffer = packed_.device.data() ? (staged() ? (void*)packed_.host.data() : (void*)packed_.device.data())
+                                        : (void*)mpi_buffer();
+  const int rc = MPI_Irecv(buffer, mpi_count(std::int64_t(device_.span()), describe()),
+                           packed_.device.data() ? MPI_UINT16_T : mpi_type<T>(), source, tag, comm, &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Irecv of the {} from rank {} failed: {}", rank_,
                                     describe(), source, mpi_error_text(rc)));
@@ -246,19 +277,32 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
   const std::int64_t count = rows * cols();
   // The kernels that wrote the rows run on space_: fence that instance (not
   // the whole device) before MPI reads them; stage only the rows sent.
-  if (staged()) Kokkos::deep_copy(space_, leading_rows(host_, rows), leading_rows(device_, rows));
+  const bool packed = packed_.device.data() != nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) {  // float -> 16-bit wire values, only the rows sent
+      pack_wire(space_, packed_.format, device_.data(), count, packed_.device.data());
+      if (staged())
+        Kokkos::deep_copy(space_, Kokkos::subview(packed_.host, std::make_pair(std::int64_t(0), count)),
+                          Kokkos::subview(packed_.device, std::make_pair(std::int64_t(0), count)));
+    }
+  }
+  if (staged() && !packed) Kokkos::deep_copy(space_, leading_rows(host_, rows), leading_rows(device_, rows));
   compat::fence(space_, "gpipe::BoundaryBuffer::post_send");
+  const std::int64_t payload = count * wire_value_bytes();
+  count_boundary_bytes(payload);
   if (wire) {  // the data is ready now: it enters the emulated wire
     if (!stamp_) stamp_.reset(new std::int64_t[2]);
     stamp_[0] = link_clock_ns();
-    stamp_[1] = wire->transmit(stamp_[0], count * std::int64_t(sizeof(T)));
+    stamp_[1] = wire->transmit(stamp_[0], payload);
     const int rc = MPI_Isend(stamp_.get(), 2, MPI_INT64_T, dest, tag, comm, &stamp_request_);
     if (rc != MPI_SUCCESS)
       throw PipelineError(fmt::format("rank {}: MPI_Isend of a link stamp to rank {} failed: {}", rank_,
                                       dest, mpi_error_text(rc)));
   }
-  const int rc = MPI_Isend(mpi_buffer(), mpi_count(count, describe()), mpi_type<T>(), dest, tag, comm,
-                           &request_);
+  void* buffer = packed ? (staged() ? (void*)packed_.host.data() : (void*)packed_.device.data())
+                        : (void*)mpi_buffer();
+  const int rc = MPI_Isend(buffer, mpi_count(count, describe()), packed ? MPI_UINT16_T : mpi_type<T>(), dest, tag,
+                           comm, &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Isend of {} values to rank {} failed: {}", rank_,
                                     count, dest, mpi_error_text(rc)));
@@ -293,19 +337,31 @@ void BoundaryBuffer<T>::wait() {
                                     mpi_error_text(status.MPI_ERROR != MPI_SUCCESS ? status.MPI_ERROR : rc)));
   }
   int count = 0;
-  MPI_Get_count(&status, mpi_type<T>(), &count);
+  const bool packed = packed_.device.data() != nullptr;
+  MPI_Get_count(&status, packed ? MPI_UINT16_T : mpi_type<T>(), &count);
   if (count != expected)
     throw PipelineError(fmt::format("rank {}: the {} from rank {} has {} values, expected "
                                     "{}x{} = {}",
                                     rank_, describe(), peer_, count, expected_rows_, cols(), expected));
-  if (wire_.arrival_ns != 0) wire_.bytes = std::int64_t(count) * std::int64_t(sizeof(T));
+  if (wire_.arrival_ns != 0) wire_.bytes = std::int64_t(count) * wire_value_bytes();
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed) {  // 16-bit wire values -> float, only the rows received
+      if (staged())
+        Kokkos::deep_copy(space_, Kokkos::subview(packed_.device, std::make_pair(std::int64_t(0), expected)),
+                          Kokkos::subview(packed_.host, std::make_pair(std::int64_t(0), expected)));
+      unpack_wire(space_, packed_.format, packed_.device.data(), expected, device_.data());
+      compat::fence(space_, "gpipe::BoundaryBuffer::wait");
+      return;
+    }
+  }
   if (staged()) {  // only the rows received; host_ is free for the next receive after the fence
     Kokkos::deep_copy(space_, leading_rows(device_, expected_rows_), leading_rows(host_, expected_rows_));
     compat::fence(space_, "gpipe::BoundaryBuffer::wait");
   }
 }
 
-template class BoundaryBuffer<float>;
-template class BoundaryBuffer<double>;
+#define GPIPE_INSTANTIATE(T) template class BoundaryBuffer<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

@@ -1,4 +1,5 @@
 #include "gpipe/predict/predict.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 
@@ -48,7 +49,7 @@ double optimizer_rate(const OptimizerSpec& optimizer) { return optimizer.type ==
 
 namespace {
 
-std::int64_t scalar_bytes(const Deck& deck) { return deck.precision == "double" ? 8 : 4; }
+std::int64_t scalar_bytes(const Deck& deck) { return precision_policy(deck.precision).master_bytes(); }
 
 // Arrays the optimizer step reads or writes per parameter (gradient
 // included), and the optimizer state per parameter.

@@ -1,4 +1,5 @@
 #include "gpipe/train/driver.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include <fmt/format.h>
 #include <mpi.h>
@@ -267,11 +268,12 @@ std::vector<EpochReport> fit(Pipeline<T>& pipeline, const Dataset& train, const 
   return Driver<T>(pipeline, log).fit(train, test);
 }
 
-template class Driver<float>;
-template class Driver<double>;
-template std::vector<EpochReport> fit<float>(Pipeline<float>&, const Dataset&, const Dataset&,
-                                             std::ostream*);
-template std::vector<EpochReport> fit<double>(Pipeline<double>&, const Dataset&, const Dataset&,
-                                              std::ostream*);
+#define GPIPE_INSTANTIATE(T) template class Driver<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
+#define GPIPE_INSTANTIATE_FUNCTIONS(T) \
+  template std::vector<EpochReport> fit<T>(Pipeline<T>&, const Dataset&, const Dataset&, std::ostream*);
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE_FUNCTIONS)
+#undef GPIPE_INSTANTIATE_FUNCTIONS
 
 }  // namespace gpipe

@@ -5,6 +5,8 @@
 
 #include <climits>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
@@ -14,6 +16,7 @@
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
@@ -48,6 +51,14 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
   kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
   (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
+  precision_ = precision_policy(deck.precision, deck.path + ": precision");
+  if (precision_.master_bytes() != int(sizeof(T)))  // with_scalar picks T from the policy
+    throw InputError(fmt::format("{}: precision: {} keeps {} master weights; this is a {}-byte pipeline", deck.path,
+                                 deck.precision, name(precision_.master), sizeof(T)));
+  kernels::set_compute_format(precision_.compute);  // the seam rounds operands (bf16 / fp16); before any timing
+  if (precision_.loss_scaling)
+    scaler_ = LossScaler(deck.training.loss_scale, deck.training.loss_scale_growth_interval,
+                         deck.training.loss_scale_growth, deck.training.loss_scale_backoff);
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
   // The schedule (pipeline.schedule_file, else the generator), checked on
@@ -72,6 +83,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.chunks = deck.pipeline.chunks;
   options.custom_schedule = schedule;
   options.seed = deck.seed;
+  options.wire = precision_.wire;
   if (deck.pipeline.link.enabled())
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);
@@ -346,14 +358,27 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
     const Tracer::Scope zero(&tracer_, EventKind::Optimizer, -1);
     cell_->zero_gradients();
   }
+  refresh_weight_copy();
+  const double loss_scale = scaler_.scale();  // 1 unless fp16
+  if (precision_.loss_scaling) cell_->set_loss_scale(loss_scale);
+  const std::int64_t sent_before = boundary_bytes_sent();
   LossSums sums = cell_->train_step(batch_inputs_, staged_targets(), shard.size,
                                     std::uint64_t(steps_done_), {shard.offset, n});
+  last_boundary_bytes_ = boundary_bytes_sent() - sent_before;
+  if (inject_overflow_ && cell_->gradients().extent(0) > 0) {  // test hook: an overflow on this cell alone
+    inject_overflow_ = false;
+    const T inf = std::numeric_limits<T>::infinity();
+    Kokkos::deep_copy(cell_->execution_space(), Kokkos::subview(cell_->gradients(), 0), inf);
+    compat::fence(cell_->execution_space(), "gpipe::Pipeline::inject_gradient_overflow");
+  }
   if (reducer_) {
     const Tracer::Scope wait(&tracer_, EventKind::ReduceWait, -1);
     reducer_->finish();
   }
   if (tied_.tied()) tie_gradients();
   last_step_applied_ = check_finite(sums);  // on the reduced gradients
+  if (last_step_applied_ && precision_.loss_scaling)  // unscale: the fp32 gradients of the unscaled loss
+    scale_in_place<T>(cell_->execution_space(), cell_->gradients(), T(1.0 / loss_scale));
   if (last_step_applied_ && deck_.optimizer.clip_norm > 0) clip_gradients();
   if (last_step_applied_) {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
@@ -488,7 +513,7 @@ template <class T>
 bool Pipeline<T>::check_finite(const LossSums& sums) {
   const NonFinite mode = deck_.training.nonfinite;
   last_step_finite_ = !cell_->computes_loss() || std::isfinite(sums.loss);
-  if (mode == NonFinite::Ignore) return true;  // reported by fit() from the loss
+  if (mode == NonFinite::Ignore && !precision_.loss_scaling) return true;  // reported by fit() from the loss
   // One Allreduce (MIN) of {first layer with a non-finite gradient or INT_MAX,
   // 1 if the loss is finite}: every rank takes the same decision.
   int flags[2] = {INT_MAX, last_step_finite_ ? 1 : 0};
@@ -496,7 +521,14 @@ bool Pipeline<T>::check_finite(const LossSums& sums) {
   if (layer >= 0) flags[0] = layer;
   MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, comm_.get());
   last_step_finite_ = flags[0] == INT_MAX && flags[1] == 1;
+  if (precision_.loss_scaling && flags[1] == 1) {  // fp16: a non-finite gradient of a finite loss is an overflow
+    last_step_finite_ = true;                      // (agreed above: every rank skips the same step)
+    if (scaler_.update(flags[0] != INT_MAX)) return true;
+    ++skipped_steps_;
+    return false;
+  }
   if (last_step_finite_) return true;
+  if (mode == NonFinite::Ignore) return true;
   if (mode == NonFinite::SkipStep) {
     ++skipped_steps_;
     return false;
@@ -524,6 +556,7 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
   std::vector<T> out(static_cast<size_t>(n * classes));  // n <= batch_size
   Matrix<T> logits;
   if (cell_->computes_loss()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
+  refresh_weight_copy();
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
   if (cell_->computes_loss()) {
     auto h = Kokkos::create_mirror_view(logits);
@@ -579,6 +612,7 @@ Evaluation Pipeline<T>::evaluate(const Dataset& data) {
   const auto N = deck_.training.batch_size;
   std::vector<std::int64_t> order = epoch_order(data.samples, 0, 0, false);
   LossSums total;
+  refresh_weight_copy();
   for (std::int64_t begin = 0; begin < data.samples; begin += N) {
     const auto n = std::min(N, data.samples - begin);
     const MicroBatch shard = stage_batch(data.inputs.data(), data.features, data.labels.data(),
@@ -636,7 +670,13 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   info.epoch = train_samples_ == 0 && steps_per_epoch_ > 0 ? steps_done_ / steps_per_epoch_
                                                            : position_.epoch;
   info.seed = deck_.seed;
-  info.precision = sizeof(T) == 4 ? "float" : "double";
+  info.precision = sizeof(T) == 4 ? "float" : "double";  // the master format the values are stored in
+  info.run_precision = precision_.name;
+  if (precision_.loss_scaling) {
+    info.loss_scale = scaler_.scale();
+    info.loss_scale_good_steps = scaler_.good_steps();
+    info.loss_scale_overflows = scaler_.overflows();
+  }
   info.optimizer = deck_.optimizer.type;
   info.optimizer_steps = optimizer_->steps();
   info.deck = deck_.text;
@@ -696,6 +736,8 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   device(shard.layer_state, cell_->state());
   for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
+  if (precision_.loss_scaling && info.loss_scale > 0)  // an fp16 run continues with its scaler
+    scaler_.restore(info.loss_scale, info.loss_scale_good_steps, info.loss_scale_overflows);
   if (tied_.tied()) share_tied_weights();  // a checkpoint of a tied run holds W = E already
   steps_done_ = info.step;
   normalization_ = info.normalization;
@@ -757,6 +799,21 @@ std::vector<std::int64_t> Pipeline<T>::gather_activation_bytes() const {
 }
 
 template <class T>
+void Pipeline<T>::refresh_weight_copy() {
+  if constexpr (std::is_same_v<T, float>)
+    if (precision_.reduced())
+      weight_copy_.refresh(cell_->execution_space(), cell_->parameters().data(),
+                           std::int64_t(cell_->parameters().extent(0)));
+}
+
+template <class T>
+std::vector<std::int64_t> Pipeline<T>::gather_boundary_bytes() const {
+  std::vector<std::int64_t> out(static_cast<size_t>(shape_.cells));
+  MPI_Allgather(&last_boundary_bytes_, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, grid_.pipeline());
+  return out;
+}
+
+template <class T>
 std::uint64_t Pipeline<T>::checksum() const {
   // FNV-1a over the bytes of the parameters and the optimizer state.
   std::uint64_t h = 1469598103934665603ull;
@@ -784,7 +841,8 @@ bool Pipeline<T>::replicas_identical() const {
   return all == 1;
 }
 
-template class Pipeline<float>;
-template class Pipeline<double>;
+#define GPIPE_INSTANTIATE(T) template class Pipeline<T>;
+GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
+#undef GPIPE_INSTANTIATE
 
 }  // namespace gpipe

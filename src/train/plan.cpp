@@ -1,4 +1,5 @@
 #include "gpipe/train/plan.hpp"
+#include "gpipe/core/precision.hpp"
 
 #include "gpipe/pipeline/schedule_file.hpp"
 
@@ -45,9 +46,17 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
   options.chunks = deck.pipeline.chunks;
-  const std::int64_t scalar = deck.precision == "double" ? 8 : 4;
+  const std::int64_t scalar = precision_policy(deck.precision).master_bytes();  // the cells' buffers
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
+  const std::int64_t wire = precision_policy(deck.precision).wire_bytes();
+  for (int k = 0; k < K && options.chunks == 1; ++k) {  // one stage per cell (chunks > 1: not predicted)
+    const int first = plan.partition.first_layer(k), last = first + plan.partition.counts[size_t(k)] - 1;
+    std::int64_t values = 0;
+    if (k + 1 < K) values += shapes[size_t(last)].output.size();  // activations forward
+    if (k > 0) values += shapes[size_t(first)].input.size();     // gradients backward
+    plan.boundary_bytes.push_back(options.max_batch * values * wire);
+  }
   return plan;
 }
 

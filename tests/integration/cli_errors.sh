@@ -35,7 +35,7 @@ printf '\x1f\x00\x08\x01\x00\x00\x00\x01\x05' >"$tmp/magic.idx"
 printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$tmp/short.idx"
 
 expect unknown_set_key 2 \
-  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, kernels, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.targets_dataset, data.normalize, data.normalize_targets, data.train_limit, data.test_limit, data.tokens_dataset, data.sequence_length, model.loss, model.huber_delta, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, optimizer.warmup_steps, optimizer.clip_norm, parallel.cells, parallel.placement, parallel.deterministic_reduction, parallel.bucket_kib, pipeline.balance, pipeline.remat, pipeline.schedule, pipeline.schedule_file, pipeline.chunks, pipeline.link.latency_us, pipeline.link.bandwidth_gbps, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every, training.nonfinite)" \
+  "gpipe-train: error: unknown --set key 'training.epoch' (known keys: seed, precision, kernels, checkpoint.directory, checkpoint.every_steps, checkpoint.every_epochs, checkpoint.keep, data.format, data.train_images, data.train_labels, data.test_images, data.test_labels, data.train_file, data.test_file, data.inputs_dataset, data.labels_dataset, data.targets_dataset, data.normalize, data.normalize_targets, data.train_limit, data.test_limit, data.tokens_dataset, data.sequence_length, model.loss, model.huber_delta, optimizer.type, optimizer.lr, optimizer.momentum, optimizer.beta1, optimizer.beta2, optimizer.eps, optimizer.weight_decay, optimizer.schedule, optimizer.warmup_steps, optimizer.clip_norm, parallel.cells, parallel.placement, parallel.deterministic_reduction, parallel.bucket_kib, pipeline.balance, pipeline.remat, pipeline.schedule, pipeline.schedule_file, pipeline.chunks, pipeline.link.latency_us, pipeline.link.bandwidth_gbps, trace.file, trace.every, training.epochs, training.batch_size, training.micro_batches, training.shuffle, training.progress_every, training.nonfinite, training.loss_scale, training.loss_scale_growth_interval, training.loss_scale_growth, training.loss_scale_backoff)" \
   "$deck" --set training.epoch=3
 expect yaml_syntax 2 \
   "gpipe-train: error: $tmp/syntax.yaml:2:1: YAML syntax error: end of map flow not found" \
@@ -74,6 +74,12 @@ expect negative_train_limit 2 \
 expect infinite_lr 2 \
   "gpipe-train: error: $deck (--set): optimizer.lr: expected a finite number > 0, got .inf" \
   "$deck" --set optimizer.lr=.inf
+expect unknown_precision 2 \
+  "gpipe-train: error: $deck (--set): precision: expected float, double, bf16 or fp16, got 'half'" \
+  "$deck" --set precision=half
+expect loss_scale_backoff_above_one 2 \
+  "gpipe-train: error: $deck (--set): training.loss_scale_backoff: 2 does not back off (expected a number in (0, 1))" \
+  "$deck" --set precision=fp16 --set training.loss_scale_backoff=2
 expect negative_progress 2 \
   "gpipe-train: error: $deck (--set): training.progress_every: expected an integer >= 0, got -3" \
   "$deck" --set training.progress_every=-3

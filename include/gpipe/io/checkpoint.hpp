@@ -23,7 +23,19 @@ struct CheckpointInfo {
   std::int64_t step = 0;            ///< optimizer steps completed
   std::int64_t epoch = 0;           ///< epoch of the next step (0-based)
   std::uint64_t seed = 0;
-  std::string precision;            ///< float | double
+  /// The stored values' type (the master format): float (also for bf16 and
+  /// fp16 runs: their master weights and optimizer state are fp32) | double.
+  std::string precision;
+  /// The precision policy of the run that wrote it (float | double | bf16 |
+  /// fp16; absent in older files: read as `precision`). A run may restart
+  /// in another policy with the same master format (docs/design.md, "Mixed
+  /// precision").
+  std::string run_precision;
+  /// fp16's dynamic loss scaler (gpipe/optim/loss_scale.hpp) when written
+  /// (absent: scale 0, meaning "start from the deck's training.loss_scale").
+  double loss_scale = 0;
+  std::int64_t loss_scale_good_steps = 0;
+  std::int64_t loss_scale_overflows = 0;
   std::string optimizer;            ///< optimizer type
   std::int64_t optimizer_steps = 0; ///< the optimizer's own step count (Adam's t)
   std::string deck;                 ///< the deck text, for provenance

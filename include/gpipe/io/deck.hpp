@@ -27,6 +27,14 @@ struct TrainingSpec {
   bool shuffle = true;
   std::int64_t progress_every = 50;  ///< steps between progress lines (0 = none)
   NonFinite nonfinite = NonFinite::Abort;  ///< training.nonfinite
+  /// Dynamic loss scaling (precision: fp16 only; docs/design.md "Mixed
+  /// precision"): the initial scale S, the factor it grows by after
+  /// loss_scale_growth_interval consecutive applied steps, and the factor it
+  /// backs off by at a step whose gradients overflowed (that step skipped).
+  double loss_scale = 65536.0;                     ///< training.loss_scale
+  std::int64_t loss_scale_growth_interval = 2000;  ///< training.loss_scale_growth_interval
+  double loss_scale_growth = 2.0;                  ///< training.loss_scale_growth
+  double loss_scale_backoff = 0.5;                 ///< training.loss_scale_backoff
 };
 
 /// pipeline.link: an emulated slow link between cells (a test and planning
@@ -73,7 +81,7 @@ struct Deck {
   std::string path;                 ///< file the deck came from
   std::string text;                 ///< the deck after --set overrides, as YAML
   std::uint64_t seed = 0;
-  std::string precision = "float";  ///< float | double
+  std::string precision = "float";  ///< float | double | bf16 | fp16 (gpipe/core/precision.hpp)
   std::string kernels = "auto";     ///< auto | portable | onednn (gpipe/kernels/backend.hpp)
   ModelSpec model;
   DataSpec data;

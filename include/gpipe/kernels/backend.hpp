@@ -27,6 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "gpipe/core/precision.hpp"
+#include "gpipe/core/views.hpp"
+
 namespace gpipe::kernels {
 
 /// One implementation of the seam's primitives.
@@ -55,7 +58,9 @@ const char* name(Choice choice);
 std::vector<Implementation> available();
 
 /// Whether this build has `implementation` for `primitive` at the precision
-/// of `scalar_bytes` (4: float, 8: double).
+/// of `scalar_bytes` (4: float, 8: double, 2: bf16 operands with fp32
+/// accumulation and fp32 results; oneDNN has gemm, gemm_bias, batched_gemm,
+/// attention (through its batched GEMMs) and conv2d there).
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes);
 
 /// Parses a choice ("auto", "portable", "onednn"). Throws InputError naming
@@ -71,9 +76,68 @@ void select(Choice choice);
 /// when invalid), else the last select() (default automatic).
 Choice selected();
 
-/// The implementation `primitive` runs at `scalar_bytes` (4 or 8) under
-/// the choice in force.
+/// The implementation `primitive` runs at `scalar_bytes` (2: bf16, 4 or 8)
+/// under the choice in force.
 Implementation implementation(Primitive primitive, int scalar_bytes);
+
+/// The compute format of the float primitives (process-wide, like the
+/// choice; the precision policy's `compute`, gpipe/core/precision.hpp; set by
+/// Pipeline's constructor from the deck). fp32 (the default) and fp64: the
+/// primitives run as before, bitwise. bf16 / fp16: every float primitive
+/// rounds its multiplied operands to the format (round to nearest even) and
+/// accumulates and writes in fp32:
+///   gemm, gemm_bias   op(A), op(B) / X, W rounded; C, bias, Y fp32
+///   batched_gemm      every A(o,i), B(o,i) rounded; C fp32
+///   attention         its five batched GEMMs' operands rounded (Q, K, V,
+///                     P, dO, dS); the softmax and its backward in fp32
+///   conv2d            x, w and dy rounded; y, dx, dw, db fp32
+/// With bf16 the oneDNN implementation (where chosen: implementation(p, 2))
+/// converts the operands to 16-bit storage and runs its bf16 matmul /
+/// convolution (AVX-512 BF16 or AMX where the CPU has them, else oneDNN's
+/// emulation); the portable one rounds into fp32 copies and runs its fp32
+/// kernels; fp16 always takes the latter route (oneDNN 2.6 has no f16 on
+/// CPUs) on implementation(p, 4). Every product of two rounded operands is
+/// exact in fp32, so implementations differ only in summation order
+/// (tests/unit/test_kernels_reduced.cpp). The operand copies live in a
+/// process-wide grow-only workspace (nothing allocated in steady state).
+/// fp64 is treated as fp32 (no rounding). Not collective; thread-safe.
+void set_compute_format(Format format);
+Format compute_format();
+
+/// Sets the compute format for its lifetime and restores the previous one.
+class ComputeScope {
+ public:
+  explicit ComputeScope(Format format) : previous_(compute_format()) { set_compute_format(format); }
+  ~ComputeScope() { set_compute_format(previous_); }
+  ComputeScope(const ComputeScope&) = delete;
+  ComputeScope& operator=(const ComputeScope&) = delete;
+
+ private:
+  Format previous_;
+};
+
+/// The bf16 copy of a cell's master weights: refresh() converts the float
+/// parameter vector [params, params + n) to bf16 in one kernel (on `space`)
+/// and registers it, so that while it is registered the bf16 primitives
+/// (oneDNN, compute format bf16) read an operand lying inside that range from
+/// the copy instead of converting it per call. The caller refreshes it
+/// whenever the weights may have changed before they are read again
+/// (Pipeline: before every training step, evaluation and prediction, i.e.
+/// after each optimizer step, checkpoint load or parameter upload). Does
+/// nothing unless the compute format is bf16 and oneDNN runs gemm at bf16.
+/// One copy per process (the last refreshed); the destructor unregisters
+/// it. Not collective; one host thread.
+class WeightCopy {
+ public:
+  WeightCopy() = default;
+  ~WeightCopy();
+  WeightCopy(const WeightCopy&) = delete;
+  WeightCopy& operator=(const WeightCopy&) = delete;
+  void refresh(const ExecSpace& space, const float* params, std::int64_t n);
+
+ private:
+  const float* params_ = nullptr;
+};
 
 /// One line for --version: the implementations built, with versions, e.g.
 /// "kernels: portable (Kokkos Kernels 3.4.1), onednn (oneDNN 2.6.3)".

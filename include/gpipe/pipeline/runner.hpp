@@ -125,6 +125,11 @@ class Runner {
   /// Records the rank's operations into `tracer` (null: no tracing) during
   /// the steps the tracer is recording.
   void set_tracer(Tracer* tracer) { state_.tracer = tracer; }
+  /// The loss scale S of the next training steps (dynamic loss scaling,
+  /// gpipe/optim/loss_scale.hpp): the loss gradient is S * dL/doutputs, so
+  /// every gradient of the step is scaled by S (1, the default, leaves them
+  /// bitwise unchanged).
+  void set_loss_scale(double scale) { state_.loss_scale = scale; }
 
   /// [op + 1]: the (local stage, micro-batch) pairs whose receives are
   /// posted after op (index 0: before the first op).

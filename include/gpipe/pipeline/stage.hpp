@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpipe/core/precision.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/loss/loss.hpp"
 #include "gpipe/model/partition.hpp"
@@ -34,6 +35,13 @@ struct CellOptions {
   /// The execution-space instance every kernel and copy of the cell runs on;
   /// the cell fences this instance, never all of Kokkos, before MPI.
   ExecSpace space{};
+  /// The activation and wire format (the precision policy's wire,
+  /// gpipe/core/precision.hpp): fp32 for float cells, fp64 for double. bf16 /
+  /// fp16 (float cells only): every layer's output and input gradient is
+  /// rounded to it in place (round_activations) and boundary messages go as
+  /// 16-bit values (BoundaryBuffer::set_wire_format), losslessly, so results
+  /// are bitwise the same whatever the partition.
+  Format wire = Format::fp32;
 };
 
 /// The training schedule `options` ask for on `cells` ranks:
@@ -84,6 +92,9 @@ struct StepState {
   BatchPlacement placement;
   bool training = false;
   Tracer* tracer = nullptr;
+  /// The loss scale S (fp16 dynamic loss scaling, gpipe/optim/loss_scale.hpp):
+  /// the loss gradient is S * dL/doutputs (1: bitwise unchanged).
+  double loss_scale = 1.0;
   std::vector<bool> writes;  ///< [l] per step: layer l's next gradient pass writes (beta = 0) instead of adding
   std::vector<bool> final;   ///< [l] per step: layer l's gradients are final
   int announced = 0;         ///< per step: layers >= announced were passed to gradient_ready

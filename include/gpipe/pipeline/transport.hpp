@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/core/precision.hpp"
 #include "gpipe/core/views.hpp"
 #include "gpipe/pipeline/link.hpp"
 
@@ -91,6 +92,19 @@ class BoundaryBuffer {
   Matrix<T> rows(std::int64_t rows) const;
   std::int64_t cols() const { return std::int64_t(device_.extent(1)); }
   std::int64_t bytes() const { return std::int64_t(device_.span() * sizeof(T)); }
+  /// Sends and receives as `format` (the precision policy's wire,
+  /// gpipe/pipeline/wire_format.hpp): bf16 / fp16 allocate a 16-bit buffer
+  /// of the same capacity (wire_buffer_bytes()) that post_send packs the
+  /// rows into and wait() unpacks them from; fp32 (float) / fp64 (double)
+  /// send the buffer itself (T's own format, whichever of the two is
+  /// passed). Call before the first post. Throws std::invalid_argument for
+  /// a 16-bit format on a double buffer.
+  void set_wire_format(Format format);
+  Format wire_format() const { return packed_.format; }
+  /// Bytes of the 16-bit wire buffer (0 unless bf16 / fp16).
+  std::int64_t wire_buffer_bytes() const { return std::int64_t(packed_.device.span() * 2); }
+  /// Bytes one value takes on the wire (2, or sizeof(T)).
+  std::int64_t wire_value_bytes() const { return packed_.device.data() ? 2 : std::int64_t(sizeof(T)); }
 
   /// Posts MPI_Irecv of up to the full capacity from `source`. `what` and
   /// `micro_batch` name the message in errors ("forward activation of
@@ -133,6 +147,11 @@ class BoundaryBuffer {
   using HostBuffer = Kokkos::View<T**, Kokkos::LayoutRight, compat::HostPinnedSpace>;
   Matrix<T> device_;
   HostBuffer host_;
+  struct Packed {  // the 16-bit wire buffer (set_wire_format)
+    Format format = sizeof(T) == 8 ? Format::fp64 : Format::fp32;
+    Kokkos::View<std::uint16_t*, MemSpace> device;
+    Kokkos::View<std::uint16_t*, compat::HostPinnedSpace> host;  // staging, as host_
+  } packed_;
   ExecSpace space_{};
   MPI_Request request_ = MPI_REQUEST_NULL;
   MPI_Request stamp_request_ = MPI_REQUEST_NULL;

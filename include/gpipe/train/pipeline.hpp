@@ -14,7 +14,10 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/layers/tied.hpp"
+#include "gpipe/core/precision.hpp"
+#include "gpipe/optim/loss_scale.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/parallel/gradient_reducer.hpp"
 #include "gpipe/parallel/grid.hpp"
@@ -184,8 +187,18 @@ class Pipeline {
   /// rank fails.
   CheckpointInfo load_checkpoint(const std::string& path);
 
-  /// Steps whose update was skipped for non-finite values (nonfinite: skip_step).
+  /// Steps whose update was skipped for non-finite values (nonfinite:
+  /// skip_step), including the fp16 loss scaler's overflow steps.
   std::int64_t skipped_steps() const { return skipped_steps_; }
+  /// The run's precision policy (deck `precision`, gpipe/core/precision.hpp).
+  const Precision& precision() const { return precision_; }
+  /// The dynamic loss scaler (precision fp16; otherwise scale 1, never
+  /// updated). The same on every rank.
+  const LossScaler& loss_scaler() const { return scaler_; }
+  /// Test hook: the next training step writes +inf into this rank's first
+  /// gradient after its backward pass (an overflow on this cell alone), so
+  /// tests can check that every rank agrees to skip the step. Not collective.
+  void inject_gradient_overflow() { inject_overflow_ = true; }
   /// False if the last step's loss or a gradient was not finite on some rank.
   bool last_step_finite() const { return last_step_finite_; }
   /// The global L2 norm of the last step's gradients before clipping
@@ -217,6 +230,12 @@ class Pipeline {
   /// Activation bytes of each of the K cells (index = cell), on all ranks.
   /// Collective.
   std::vector<std::int64_t> gather_activation_bytes() const;
+  /// Payload bytes of the boundary messages (activations forward, gradients
+  /// backward) each of the K cells sent in the last training step (index =
+  /// cell, replica 0's; 0 before the first step), at the wire format's size
+  /// (2 bytes a value for bf16 / fp16: exactly half of float). On all ranks.
+  /// Collective.
+  std::vector<std::int64_t> gather_boundary_bytes() const;
   /// True on every rank if every replica of every cell holds bitwise the
   /// same parameters and optimizer state (a 64-bit checksum compared over
   /// each replica group). Collective. Debug builds check it after every step.
@@ -244,6 +263,7 @@ class Pipeline {
   std::int64_t steps_done() const { return steps_done_; }
 
  private:
+  void refresh_weight_copy();  // the bf16 weight copy (kernels::WeightCopy) before a pass
   // Copies this replica's shard of rows order[0..n) (identity if order is
   // null) of inputs/labels into the batch buffers; returns the shard.
   // Regression: the rows of `targets` (n, outputs) instead of labels.
@@ -328,6 +348,11 @@ class Pipeline {
   std::int64_t steps_per_epoch_ = 0;
   std::string poisoned_;  // why the pipeline is unusable ("" = usable)
   std::int64_t skipped_steps_ = 0;
+  Precision precision_;
+  LossScaler scaler_;
+  bool inject_overflow_ = false;
+  kernels::WeightCopy weight_copy_;  // bf16 copy of the cell's weights, refreshed before each pass
+  std::int64_t last_boundary_bytes_ = 0;  // sent by this cell in the last training step
   bool last_step_finite_ = true;
   bool last_step_applied_ = true;
   std::string run_id_;

@@ -36,6 +36,13 @@ struct RunPlan {
   std::string cost_unit;         ///< params | flops
   Partition partition;
   std::vector<std::int64_t> activation_bytes;  ///< per cell (cell_activation_bytes)
+  /// Per cell, the payload bytes of the boundary messages one training step
+  /// of a full mini-batch sends: the shard's rows x the cell output's values
+  /// forward (not the last cell) plus x the cell input's values backward
+  /// (not the first), at the precision policy's wire size (2 bytes a value
+  /// for bf16 / fp16, exactly half of float): what the summary's
+  /// boundary_bytes_per_step measures. Empty with pipeline.chunks > 1.
+  std::vector<std::int64_t> boundary_bytes;
   /// Set when the deck's balance is "time": the partition shown is the
   /// flops one, because timing layers needs the device.
   bool time_balance_approximated = false;

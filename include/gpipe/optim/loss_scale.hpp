@@ -1,0 +1,67 @@
+#pragma once
+// Dynamic loss scaling for fp16 training (Micikevicius et al. 2018, "Mixed
+// Precision Training", sec. 3.2; the dynamic variant as in NVIDIA Apex /
+// torch.cuda.amp.GradScaler): the loss gradient is multiplied by a scale S
+// so that small gradients survive fp16's range (smallest subnormal 2^-24),
+// the fp32 gradients are divided by S before the optimizer step, and S
+// adapts:
+//   a step whose gradients overflowed (any non-finite gradient on any cell
+//   or replica: the pipeline's agreed flag reduction) is skipped and
+//   S <- S * backoff;
+//   after growth_interval consecutive applied steps, S <- S * growth.
+// Pure bookkeeping, no communication: every rank keeps its own copy and
+// feeds it the same agreed decision, so every copy stays identical.
+
+#include <cstdint>
+
+namespace gpipe {
+
+class LossScaler {
+ public:
+  /// scale > 0, growth_interval >= 1, growth >= 1, 0 < backoff < 1 (the
+  /// deck checks them: training.loss_scale*).
+  LossScaler(double scale, std::int64_t growth_interval, double growth, double backoff)
+      : scale_(scale), interval_(growth_interval), growth_(growth), backoff_(backoff) {}
+  LossScaler() = default;
+
+  /// S for the next step.
+  double scale() const { return scale_; }
+  /// Applied steps since the last overflow or growth.
+  std::int64_t good_steps() const { return good_; }
+  /// Steps skipped for overflow so far.
+  std::int64_t overflows() const { return overflows_; }
+
+  /// Records the agreed outcome of a step: `overflow` true backs off (the
+  /// step is skipped by the caller), false counts an applied step and grows
+  /// S after growth_interval of them. Returns !overflow (apply the step).
+  bool update(bool overflow) {
+    if (overflow) {
+      scale_ *= backoff_;
+      good_ = 0;
+      ++overflows_;
+      return false;
+    }
+    if (++good_ >= interval_) {
+      scale_ *= growth_;
+      good_ = 0;
+    }
+    return true;
+  }
+
+  /// Restores a state (a checkpoint's).
+  void restore(double scale, std::int64_t good_steps, std::int64_t overflows) {
+    scale_ = scale;
+    good_ = good_steps;
+    overflows_ = overflows;
+  }
+
+ private:
+  double scale_ = 1.0;
+  std::int64_t interval_ = 2000;
+  double growth_ = 2.0;
+  double backoff_ = 0.5;
+  std::int64_t good_ = 0;
+  std::int64_t overflows_ = 0;
+};
+
+}  // namespace gpipe

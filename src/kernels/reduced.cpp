@@ -1,0 +1,107 @@
+// Reduced-precision support of the kernel seam (reduced.hpp): rounding
+// kernels and the grow-only operand workspace.
+#include "reduced.hpp"
+
+#include <array>
+
+namespace gpipe::kernels::reduced {
+
+namespace {
+
+template <class V>
+using Unmanaged = Kokkos::View<V*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+struct Workspace {
+  std::array<Vector<float>, slots> f32;
+  std::array<Kokkos::View<bf16*, MemSpace>, slots> b16;
+  Kokkos::View<bf16*, MemSpace> weights;  // the registered weight copy
+  const float* weights_of = nullptr;      // its float parameters (null: none registered)
+  std::int64_t weights_n = 0;
+};
+
+// Heap-allocated and released by a Kokkos finalize hook (a static View
+// would be destroyed after Kokkos::finalize).
+Workspace& workspace() {
+  static Workspace* w = [] {
+    auto* p = new Workspace();
+    Kokkos::push_finalize_hook([p] { *p = Workspace(); });
+    return p;
+  }();
+  return *w;
+}
+
+}  // namespace
+
+bool active(Format format) { return format == Format::bf16 || format == Format::fp16; }
+
+void round(const ExecSpace& space, Format format, const float* src, std::int64_t n, float* dst) {
+  const Unmanaged<const float> s(src, size_t(n));
+  const Unmanaged<float> d(dst, size_t(n));
+  if (format == Format::bf16)
+    Kokkos::parallel_for(
+        "gpipe::kernels::round_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) { d(i) = float(bf16(s(i))); });
+  else if (format == Format::fp16)
+    Kokkos::parallel_for(
+        "gpipe::kernels::round_fp16", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) { d(i) = float(fp16(s(i))); });
+  else if (src != dst)
+    Kokkos::deep_copy(space, d, s);
+}
+
+void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst) {
+  const Unmanaged<const float> s(src, size_t(n));
+  const Unmanaged<bf16> d(dst, size_t(n));
+  Kokkos::parallel_for(
+      "gpipe::kernels::to_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(const std::int64_t i) { d(i) = bf16(s(i)); });
+}
+
+float* scratch(int slot, std::int64_t n) {
+  auto& v = workspace().f32[size_t(slot)];
+  if (std::int64_t(v.extent(0)) < n)
+    v = Vector<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch"),
+                      size_t(n));
+  return v.data();
+}
+
+bf16* scratch16(int slot, std::int64_t n) {
+  auto& v = workspace().b16[size_t(slot)];
+  if (std::int64_t(v.extent(0)) < n)
+    v = Kokkos::View<bf16*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch16"), size_t(n));
+  return v.data();
+}
+
+const bf16* weight_copy(const float* p, std::int64_t n) {
+  const Workspace& w = workspace();
+  if (w.weights_of == nullptr || p < w.weights_of || p + n > w.weights_of + w.weights_n) return nullptr;
+  return w.weights.data() + (p - w.weights_of);
+}
+
+void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n) {
+  Workspace& w = workspace();
+  if (std::int64_t(w.weights.extent(0)) < n)
+    w.weights = Kokkos::View<bf16*, MemSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::weight_copy"), size_t(n));
+  to_bf16(space, params, n, w.weights.data());
+  w.weights_of = params;
+  w.weights_n = n;
+}
+
+void drop_weight_copy(const float* params) {
+  Workspace& w = workspace();
+  if (w.weights_of == params) {
+    w.weights_of = nullptr;
+    w.weights_n = 0;
+  }
+}
+
+ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot) {
+  const std::int64_t n = std::int64_t(m.span());
+  float* out = scratch(slot, n);
+  round(space, format, m.data(), n, out);
+  return ConstMatrix<float>(out, m.extent(0), m.extent(1));
+}
+
+}  // namespace gpipe::kernels::reduced

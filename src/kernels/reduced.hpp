@@ -1,0 +1,45 @@
+#pragma once
+// Internal: the reduced-precision (bf16 / fp16 compute format) support of
+// the kernel seam (gpipe/kernels/backend.hpp, set_compute_format): rounding
+// and conversion kernels and the process-wide grow-only workspace the
+// operand copies live in. dispatch.cpp and conv.cpp call these; the oneDNN
+// bf16 primitives are in gemm_onednn.cpp / conv_onednn.cpp.
+
+#include <cstdint>
+
+#include "gpipe/core/half.hpp"
+#include "gpipe/core/precision.hpp"
+#include "gpipe/core/views.hpp"
+
+namespace gpipe::kernels::reduced {
+
+/// Workspace slots: operands in use at the same time take different slots.
+enum Slot : int { a = 0, b = 1, x = 2, w = 3, dy = 4, slots = 5 };
+
+/// True when float primitives round their operands (bf16 or fp16).
+bool active(Format format);
+
+/// dst[i] = float(format(src[i])) for i < n (round to nearest even), on
+/// `space`. src and dst may be the same memory.
+void round(const ExecSpace& space, Format format, const float* src, std::int64_t n, float* dst);
+/// dst[i] = bf16(src[i]) for i < n, on `space`.
+void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst);
+
+/// A float buffer of at least n values in workspace slot `slot` (grown on
+/// demand, kept until Kokkos::finalize).
+float* scratch(int slot, std::int64_t n);
+/// A bf16 buffer of at least n values in workspace slot `slot`.
+bf16* scratch16(int slot, std::int64_t n);
+
+/// The registered bf16 weight copy (backend.hpp, WeightCopy): the copy of
+/// [p, p + n) when that range lies inside the registered parameters, else null.
+const bf16* weight_copy(const float* p, std::int64_t n);
+/// Converts [params, params + n) into the copy and registers it.
+void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n);
+/// Unregisters the copy of `params` (if it is the registered one).
+void drop_weight_copy(const float* params);
+
+/// `m` rounded into slot `slot`: a (rows, cols) matrix of the same shape.
+ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot);
+
+}  // namespace gpipe::kernels::reduced

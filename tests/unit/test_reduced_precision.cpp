@@ -1,0 +1,459 @@
+// Mixed precision (issue 22): the precision policy, the seam's bf16 / fp16
+// compute formats (gpipe/kernels/backend.hpp, set_compute_format), the
+// 16-bit wire conversion and the loss scaler.
+//
+// Tolerances: a rounded operand differs from the float one by at most
+// u |x| (u = eps / 2: 2^-8 bf16, 2^-11 fp16), so a product of two by at
+// most (2u + u^2) |a||b|; a k-term fp32 sum adds gamma_k = k 2^-24 / (1 -
+// k 2^-24) (Higham 2002, eq. 3.13) of sum |a||b|. Against the exact product
+// of the ROUNDED operands only gamma_k remains (every product of two 8-bit
+// or 11-bit significands is exact in fp32), which is how the portable and
+// oneDNN implementations are held to "the same thing up to summation order".
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "../common/test_util.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/core/half.hpp"
+#include "gpipe/core/precision.hpp"
+#include "gpipe/kernels/attention.hpp"
+#include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/conv.hpp"
+#include "gpipe/kernels/gemm.hpp"
+#include "gpipe/layers/factory.hpp"
+#include "gpipe/optim/loss_scale.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
+
+namespace gpipe {
+namespace {
+
+using kernels::Choice;
+using kernels::ComputeScope;
+using kernels::Op;
+
+struct Selected {
+  explicit Selected(Choice c) { kernels::select(c); }
+  ~Selected() { kernels::select(Choice::automatic); }
+};
+
+std::vector<Choice> forced_choices() {
+  std::vector<Choice> out;
+  for (auto i : kernels::available())
+    out.push_back(i == kernels::Implementation::portable ? Choice::portable : Choice::onednn);
+  return out;
+}
+
+float round_to(Format f, float v) { return f == Format::bf16 ? float(bf16(v)) : float(fp16(v)); }
+double unit_roundoff(Format f) { return f == Format::bf16 ? 0x1p-8 : 0x1p-11; }
+double gamma32(std::int64_t k) { return double(k) * 0x1p-24 / (1.0 - double(k) * 0x1p-24); }
+
+std::vector<float> host_random(std::int64_t n, std::uint64_t seed) {
+  const auto d = test::uniform(size_t(n), seed, -1, 1);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+TEST(Precision, PolicyTable) {
+  const Precision f = precision_policy("float"), d = precision_policy("double");
+  const Precision b = precision_policy("bf16"), h = precision_policy("fp16");
+  EXPECT_EQ(f.compute, Format::fp32);
+  EXPECT_EQ(f.wire_bytes(), 4);
+  EXPECT_FALSE(f.reduced());
+  EXPECT_EQ(d.master_bytes(), 8);
+  EXPECT_EQ(d.wire, Format::fp64);
+  EXPECT_EQ(b.compute, Format::bf16);
+  EXPECT_EQ(b.accumulate, Format::fp32);
+  EXPECT_EQ(b.master, Format::fp32);
+  EXPECT_EQ(b.wire_bytes(), 2);
+  EXPECT_FALSE(b.loss_scaling);
+  EXPECT_EQ(h.compute, Format::fp16);
+  EXPECT_TRUE(h.loss_scaling);
+  EXPECT_EQ(h.master_bytes(), 4);
+  try {
+    precision_policy("half", "d.yaml: precision");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "d.yaml: precision: unknown precision 'half' (expected float, double, bf16 or fp16)");
+  }
+  EXPECT_EQ(with_scalar("bf16", [](auto t) { return int(sizeof(t)); }), 4);
+  EXPECT_EQ(with_scalar("fp16", [](auto t) { return int(sizeof(t)); }), 4);
+  EXPECT_EQ(with_scalar("double", [](auto t) { return int(sizeof(t)); }), 8);
+}
+
+// C = alpha op(A) op(B) + beta C in every compute format and implementation.
+TEST(ReducedPrecision, GemmAgainstRoundedOperands) {
+  struct Case {
+    std::int64_t m, n, k;
+    Op ta, tb;
+    float alpha, beta;
+  };
+  const Case cases[] = {{1, 1, 1, Op::none, Op::none, 1, 0},       {13, 7, 65, Op::none, Op::transpose, 0.7f, 1.3f},
+                        {33, 17, 300, Op::transpose, Op::none, 1, 0}, {64, 10, 1024, Op::none, Op::none, 1, 0},
+                        {5, 6, 9, Op::transpose, Op::transpose, 1, 1}};
+  for (const Format f : {Format::bf16, Format::fp16})
+    for (const Case& c : cases) {
+      const std::int64_t ar = c.ta == Op::none ? c.m : c.k, ac = c.ta == Op::none ? c.k : c.m;
+      const std::int64_t br = c.tb == Op::none ? c.k : c.n, bc = c.tb == Op::none ? c.n : c.k;
+      const auto a = host_random(ar * ac, 11), b = host_random(br * bc, 12), c0 = host_random(c.m * c.n, 13);
+      auto A = [&](std::int64_t i, std::int64_t l) { return c.ta == Op::none ? a[size_t(i * ac + l)] : a[size_t(l * ac + i)]; };
+      auto B = [&](std::int64_t l, std::int64_t j) { return c.tb == Op::none ? b[size_t(l * bc + j)] : b[size_t(j * bc + l)]; };
+      std::vector<double> exact_rounded(size_t(c.m * c.n)), exact(size_t(c.m * c.n)), bound(size_t(c.m * c.n));
+      for (std::int64_t i = 0; i < c.m; ++i)
+        for (std::int64_t j = 0; j < c.n; ++j) {
+          double s = 0, t = 0, abs = 0;
+          for (std::int64_t l = 0; l < c.k; ++l) {
+            s += double(round_to(f, A(i, l))) * double(round_to(f, B(l, j)));
+            t += double(A(i, l)) * double(B(l, j));
+            abs += std::abs(double(A(i, l)) * double(B(l, j)));
+          }
+          const size_t o = size_t(i * c.n + j);
+          exact_rounded[o] = c.alpha * s + c.beta * double(c0[o]);
+          exact[o] = c.alpha * t + c.beta * double(c0[o]);
+          bound[o] = std::abs(c.alpha) * abs + std::abs(c.beta * double(c0[o]));
+        }
+      const double u = unit_roundoff(f);
+      for (const Choice choice : forced_choices()) {
+        Selected sel(choice);
+        const ComputeScope scope(f);
+        Matrix<float> out = test::to_device(c0, c.m, c.n);
+        kernels::gemm<float>(ExecSpace(), c.ta, c.tb, c.alpha, test::to_device(a, ar, ac), test::to_device(b, br, bc),
+                             c.beta, out);
+        const auto got = test::to_host(out);
+        double from_rounded = 0, from_float = 0;  // largest distances
+        for (size_t o = 0; o < got.size(); ++o) {
+          // The rounded operands' exact product, up to fp32 summation (plus C's rounding).
+          EXPECT_NEAR(got[o], exact_rounded[o], (gamma32(c.k + 2) + 0x1p-24) * 1.01 * bound[o] * (1 + 2 * u) + 1e-30)
+              << name(f) << " " << kernels::name(choice) << " m" << c.m << " n" << c.n << " k" << c.k << " at " << o;
+          // And the unrounded product within the format's epsilon.
+          EXPECT_NEAR(got[o], exact[o], (2 * u + u * u + gamma32(c.k + 2)) * 1.01 * bound[o] + 1e-30);
+          from_rounded = std::max(from_rounded, std::abs(got[o] - exact_rounded[o]));
+          from_float = std::max(from_float, std::abs(got[o] - exact[o]));
+        }
+        // The result is the rounded operands' product, not the float one.
+        if (c.k >= 9) EXPECT_GT(from_float, 4 * from_rounded) << name(f) << " " << kernels::name(choice) << " m" << c.m << " k" << c.k << ": the operands were not rounded";
+      }
+    }
+}
+
+TEST(ReducedPrecision, GemmBiasAndBatchedAgreeWithGemmOfRoundedOperands) {
+  const std::int64_t m = 19, k = 70, n = 23;
+  const auto x = host_random(m * k, 21), w = host_random(k * n, 22), bias = host_random(n, 23);
+  for (const Format f : {Format::bf16, Format::fp16})
+    for (const Choice choice : forced_choices()) {
+      Selected sel(choice);
+      // Float reference on operands rounded on the host.
+      std::vector<float> xr(x), wr(w);
+      for (auto& v : xr) v = round_to(f, v);
+      for (auto& v : wr) v = round_to(f, v);
+      Matrix<float> ref("ref", m, n), got("got", m, n);
+      std::vector<float> bias_rows;
+      for (std::int64_t i = 0; i < m; ++i) bias_rows.insert(bias_rows.end(), bias.begin(), bias.end());
+      {
+        const ComputeScope scope(Format::fp32);
+        Kokkos::deep_copy(ref, test::to_device(bias_rows, m, n));
+        kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, test::to_device(xr, m, k), test::to_device(wr, k, n),
+                             1.0f, ref);
+      }
+      {
+        const ComputeScope scope(f);
+        kernels::gemm_bias<float>(ExecSpace(), test::to_device(x, m, k), test::to_device(w, k, n),
+                                  test::to_device(bias, 1, n), got);
+      }
+      const auto r = test::to_host(ref), g = test::to_host(got);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) {
+          double abs = std::abs(double(bias[size_t(j)]));
+          for (std::int64_t l = 0; l < k; ++l) abs += std::abs(double(xr[size_t(i * k + l)]) * wr[size_t(l * n + j)]);
+          EXPECT_NEAR(g[size_t(i * n + j)], r[size_t(i * n + j)], 2 * gamma32(k + 1) * abs) << name(f);
+        }
+      // Strided-batched: 3 x 2 matrices of (4 x 5) (5 x 6) inside padded buffers.
+      const std::int64_t O = 3, I = 2, R = 4, K = 5, C = 6;
+      const kernels::Strided sa{R, K, 7, I * R * 7, R * 7}, sb{K, C, 8, I * K * 8, K * 8}, sc{R, C, C, I * R * C, R * C};
+      const auto av = host_random(O * I * R * 7, 31), bv = host_random(O * I * K * 8, 32);
+      Matrix<float> A = test::to_device(av, 1, std::int64_t(av.size())), B = test::to_device(bv, 1, std::int64_t(bv.size()));
+      Matrix<float> Cg("c", 1, O * I * R * C);
+      {
+        const ComputeScope scope(f);
+        kernels::batched_gemm<float>(ExecSpace(), Op::none, Op::none, O, I, 1.0f, A.data(), sa, B.data(), sb, 0.0f,
+                                     Cg.data(), sc);
+      }
+      const auto cg = test::to_host(Cg);
+      for (std::int64_t o = 0; o < O; ++o)
+        for (std::int64_t i = 0; i < I; ++i)
+          for (std::int64_t r = 0; r < R; ++r)
+            for (std::int64_t c = 0; c < C; ++c) {
+              double s = 0, abs = 0;
+              for (std::int64_t l = 0; l < K; ++l) {
+                const double p = double(round_to(f, av[size_t(o * sa.outer_stride + i * sa.inner_stride + r * sa.ld + l)])) *
+                                 double(round_to(f, bv[size_t(o * sb.outer_stride + i * sb.inner_stride + l * sb.ld + c)]));
+                s += p;
+                abs += std::abs(p);
+              }
+              EXPECT_NEAR(cg[size_t(o * sc.outer_stride + i * sc.inner_stride + r * sc.ld + c)], s, gamma32(K) * abs + 1e-30);
+            }
+    }
+}
+
+// Attention forward in bf16 against a double reference of the unrounded
+// inputs: Q, K, V and P are rounded (relative error u each); S's error
+// |dS| <= (2u + gamma_dh) |Q||K|/sqrt(dh) perturbs P by a factor within
+// exp(+-2 max|dS|).
+TEST(ReducedPrecision, AttentionForwardWithinBf16Epsilon) {
+  const kernels::AttentionShape s{2, 5, 2, 8, true};
+  const std::int64_t N = s.samples * s.tokens, d = s.heads * s.head_width, T = s.tokens, dh = s.head_width;
+  const auto qkv = host_random(N * 3 * d, 41);
+  const double u = unit_roundoff(Format::bf16), scale = 1.0 / std::sqrt(double(dh));
+  for (const Choice choice : forced_choices()) {
+    Selected sel(choice);
+    const ComputeScope scope(Format::bf16);
+    Matrix<float> probs("p", s.samples * s.heads * T, T), out("o", N, d);
+    kernels::attention_forward<float>(ExecSpace(), s, test::to_device(qkv, N, 3 * d), probs, out);
+    const auto o = test::to_host(out);
+    bool differs = false;
+    for (std::int64_t i = 0; i < s.samples; ++i)
+      for (std::int64_t h = 0; h < s.heads; ++h)
+        for (std::int64_t t = 0; t < T; ++t) {
+          std::vector<double> p(size_t(T), 0.0);
+          double top = -1e300, dS = 0;
+          for (std::int64_t r = 0; r <= t; ++r) {
+            double v = 0, abs = 0;
+            for (std::int64_t c = 0; c < dh; ++c) {
+              const double q = qkv[size_t((i * T + t) * 3 * d + h * dh + c)], k = qkv[size_t((i * T + r) * 3 * d + d + h * dh + c)];
+              v += q * k;
+              abs += std::abs(q * k);
+            }
+            p[size_t(r)] = v * scale;
+            top = std::max(top, p[size_t(r)]);
+            dS = std::max(dS, (2 * u + u * u + gamma32(dh)) * abs * scale);
+          }
+          double sum = 0;
+          for (std::int64_t r = 0; r <= t; ++r) sum += p[size_t(r)] = std::exp(p[size_t(r)] - top);
+          for (std::int64_t c = 0; c < dh; ++c) {
+            double ref = 0, abs = 0;
+            for (std::int64_t r = 0; r <= t; ++r) {
+              const double v = qkv[size_t((i * T + r) * 3 * d + 2 * d + h * dh + c)];
+              ref += p[size_t(r)] / sum * v;
+              abs += p[size_t(r)] / sum * std::abs(v);
+            }
+            const double tol = (std::expm1(2 * dS) + 3 * u + gamma32(T + 8)) * 1.05 * abs + 1e-7;
+            const double got = o[size_t((i * T + t) * d + h * dh + c)];
+            EXPECT_NEAR(got, ref, tol) << kernels::name(choice);
+            if (std::abs(got - ref) > 1e-6 * abs) differs = true;
+          }
+        }
+    EXPECT_TRUE(differs) << "the attention operands were not rounded";
+  }
+}
+
+// Convolution in bf16 = the float convolution of rounded x, w (forward),
+// dy, w (backward-data), x, dy (backward-weights), up to fp32 summation.
+TEST(ReducedPrecision, ConvAgainstFloatOfRoundedOperands) {
+  kernels::ConvShape cs;
+  cs.channels = 3, cs.height = 7, cs.width = 6, cs.filters = 4, cs.kernel_h = 3, cs.kernel_w = 3;
+  cs.stride_h = cs.stride_w = 1, cs.pad_h = cs.pad_w = 1;
+  const std::int64_t n = 2;
+  const auto x = host_random(n * cs.in_features(), 51), w = host_random(cs.filters * cs.taps(), 52);
+  const auto dy = host_random(n * cs.out_features(), 53);
+  auto rounded = [](std::vector<float> v) {
+    for (auto& e : v) e = float(bf16(e));
+    return v;
+  };
+  for (const auto impl : kernels::available()) {
+    kernels::Conv2d<float> conv(cs, impl);
+    using Bias = kernels::Conv2d<float>::Bias;
+    auto run = [&](Format f, const std::vector<float>& xv, const std::vector<float>& wv, const std::vector<float>& dyv) {
+      const ComputeScope scope(f);
+      Matrix<float> y("y", n, cs.out_features()), dx("dx", n, cs.in_features()), dw("dw", cs.filters, cs.taps());
+      Kokkos::View<float*, MemSpace> saved("saved", size_t(std::max<std::int64_t>(conv.saved_per_sample() * n, 1)));
+      Kokkos::View<float*, MemSpace> db("db", size_t(cs.filters));
+      const auto X = test::to_device(xv, n, cs.in_features()), W = test::to_device(wv, cs.filters, cs.taps());
+      conv.forward(ExecSpace(), X, W, kernels::Conv2d<float>::ConstBias(), y, kernels::Conv2d<float>::Saved(saved.data(), saved.extent(0)));
+      conv.backward(ExecSpace(), X, test::to_device(dyv, n, cs.out_features()), W,
+                    kernels::Conv2d<float>::Saved(saved.data(), saved.extent(0)), dw, Bias(db.data(), db.extent(0)),
+                    false, dx);
+      auto out = test::to_host(y);
+      for (float v : test::to_host(dx)) out.push_back(v);
+      for (float v : test::to_host(dw)) out.push_back(v);
+      return out;
+    };
+    const auto got = run(Format::bf16, x, w, dy);
+    const auto ref = run(Format::fp32, rounded(x), rounded(w), rounded(dy));
+    const auto plain = run(Format::fp32, x, w, dy);
+    ASSERT_EQ(got.size(), ref.size());
+    // Each value is a sum of at most n * pixels (<= 84) products of |.| <= 1.
+    const double tol = 2 * gamma32(n * cs.pixels()) * double(n * cs.pixels());
+    double largest_change = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], ref[i], tol) << kernels::name(impl) << " at " << i;
+      largest_change = std::max(largest_change, std::abs(double(got[i]) - plain[i]));
+    }
+    EXPECT_GT(largest_change, tol) << "the convolution operands were not rounded";
+  }
+}
+
+TEST(ReducedPrecision, FloatFormatLeavesGemmBitwiseUnchanged) {
+  const auto a = host_random(9 * 33, 61), b = host_random(33 * 5, 62);
+  std::vector<float> before, after;
+  for (int pass = 0; pass < 2; ++pass) {
+    const ComputeScope scope(pass == 0 ? Format::fp32 : Format::fp64);
+    Matrix<float> c("c", 9, 5);
+    kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, test::to_device(a, 9, 33), test::to_device(b, 33, 5), 0.0f, c);
+    (pass == 0 ? before : after) = test::to_host(c);
+  }
+  EXPECT_EQ(before, after);
+}
+
+// The bf16 weight copy (kernels::WeightCopy): an operand inside the
+// registered parameters is read from the copy (bitwise the per-call
+// conversion), and only a refresh picks up new weights.
+TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
+  bool onednn = false;
+  for (auto i : kernels::available()) onednn = onednn || i == kernels::Implementation::onednn;
+  if (!onednn) GTEST_SKIP() << "no oneDNN: the copy is not used";
+  const ComputeScope scope(Format::bf16);
+  const std::int64_t m = 7, k = 40, n = 9;
+  const auto x = host_random(m * k, 71);
+  auto params = host_random(5 + k * n, 72);  // the weight at offset 5 of a parameter vector
+  Matrix<float> P = test::to_device(params, 1, std::int64_t(params.size()));
+  const ConstMatrix<float> W(P.data() + 5, size_t(k), size_t(n)), X = test::to_device(x, m, k);
+  auto product = [&] {
+    Matrix<float> c("c", m, n);
+    kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, X, W, 0.0f, c);
+    return test::to_host(c);
+  };
+  const auto plain = product();
+  kernels::WeightCopy copy;
+  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+  EXPECT_EQ(product(), plain);
+  for (auto& v : params) v = -v;  // new weights, not refreshed: the copy still holds the old ones
+  Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+  EXPECT_EQ(product(), plain);
+  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+  const auto negated = product();
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(negated[i], -plain[i]);
+}
+
+// Layer families through the seam (Dense, Conv2d, Conv1d): bf16 / fp16
+// forward and gradients against float. The layers are linear in each
+// operand, so running the float layer on |x|, |params|, |dy| gives the
+// exact bound sums S = sum |a||b| of every output, input gradient and
+// parameter gradient; each bf16 value must lie within (2u + u^2 + gamma_k) S
+// of the float one, plus the float result's own gamma_k S.
+struct FloatLayer {
+  std::unique_ptr<Layer<float>> layer;
+  Vector<float> params, grads;
+  std::int64_t rows;
+  FloatLayer(const std::string& yaml, const Shape& in, std::int64_t n) : rows(n) {
+    layer = make_layer<float>(layer_shape(parse_layer(yaml), in));
+    params = Vector<float>("p", layer->parameter_count());
+    grads = Vector<float>("g", layer->parameter_count());
+    layer->bind(params.data(), grads.data());
+    layer->initialize(5);
+  }
+  // y, dx, parameter gradients for x, dy at `format`, params `p`.
+  std::vector<float> run(Format format, const std::vector<float>& p, const std::vector<float>& x,
+                         const std::vector<float>& dy) {
+    const ComputeScope scope(format);
+    {
+      auto h = Kokkos::create_mirror_view(params);
+      for (size_t i = 0; i < p.size(); ++i) h(i) = p[i];
+      Kokkos::deep_copy(params, h);
+    }
+    Kokkos::deep_copy(grads, 0.0f);
+    Matrix<float> y("y", rows, layer->out_features()), dx("dx", rows, layer->in_features());
+    Vector<float> saved("saved", size_t(std::max<std::int64_t>(layer->saved_size().elements(rows), 1)));
+    const auto X = test::to_device(x, rows, layer->in_features());
+    const PassContext ctx{11, 3, 5, true};
+    layer->forward(ctx, X, y, SavedView<float>(saved.data(), saved.extent(0)));
+    layer->backward(ctx, X, test::to_device(dy, rows, layer->out_features()), dx,
+                    SavedView<float>(saved.data(), saved.extent(0)));
+    auto out = test::to_host(y);
+    for (float v : test::to_host(dx)) out.push_back(v);
+    for (float v : test::to_host(grads)) out.push_back(v);
+    return out;
+  }
+};
+
+TEST(ReducedPrecision, LayerFamiliesForwardAndGradientsAgainstFloat) {
+  struct Case {
+    const char* yaml;
+    Shape in;
+    std::int64_t k;  // longest reduction (terms per output or gradient)
+  };
+  const std::int64_t n = 3;
+  const Case cases[] = {{"{type: dense, units: 7}", {40}, 40},
+                        {"{type: conv2d, filters: 4, kernel: 3, padding: same}", {2, 6, 5}, n * 30},
+                        {"{type: conv1d, filters: 3, kernel: 5}", {2, 16}, n * 12}};
+  for (const Case& c : cases)
+    for (const Format f : {Format::bf16, Format::fp16})
+      for (const Choice choice : forced_choices()) {
+        Selected sel(choice);
+        FloatLayer L(c.yaml, c.in, n);
+        const auto p = host_random(L.layer->parameter_count(), 81);
+        const auto x = host_random(n * L.layer->in_features(), 82), dy = host_random(n * L.layer->out_features(), 83);
+        auto abs = [](std::vector<float> v) {
+          for (auto& e : v) e = std::abs(e);
+          return v;
+        };
+        const auto ref = L.run(Format::fp32, p, x, dy), got = L.run(f, p, x, dy);
+        const auto bound = L.run(Format::fp32, abs(p), abs(x), abs(dy));
+        const double u = unit_roundoff(f), tol = (2 * u + u * u + 2 * gamma32(c.k + 1)) * 1.01;
+        ASSERT_EQ(got.size(), ref.size());
+        double largest = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_NEAR(got[i], ref[i], tol * bound[i] + 1e-30) << c.yaml << " " << name(f) << " at " << i;
+          largest = std::max(largest, std::abs(double(got[i]) - ref[i]));
+        }
+        EXPECT_GT(largest, 0.0) << c.yaml << ": " << name(f) << " changed nothing";
+      }
+}
+
+TEST(WireFormat, PackUnpackRoundsToNearestEven) {
+  const std::vector<float> v = {1.0f, 1.00390625f, 1.01171875f, -3.5f, 65504.0f, 65520.0f, 1e-8f, 3.0e38f};
+  const Matrix<float> src = test::to_device(v, 1, std::int64_t(v.size()));
+  for (const Format f : {Format::bf16, Format::fp16}) {
+    Kokkos::View<std::uint16_t*, MemSpace> bits("bits", v.size());
+    Matrix<float> back("back", 1, std::int64_t(v.size()));
+    pack_wire(ExecSpace(), f, src.data(), std::int64_t(v.size()), bits.data());
+    unpack_wire(ExecSpace(), f, bits.data(), std::int64_t(v.size()), back.data());
+    const auto b = test::to_host(back);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float want = round_to(f, v[i]);
+      if (std::isinf(want)) EXPECT_TRUE(std::isinf(b[i]) && b[i] > 0);
+      else EXPECT_EQ(b[i], want) << name(f) << " " << v[i];
+    }
+  }
+  // Known values: 1 + 2^-8 is a tie in bf16 (to even: 1); 1 + 3 * 2^-8 rounds up to 1 + 2^-6.
+  Kokkos::View<std::uint16_t*, MemSpace> bits("bits", v.size());
+  pack_wire(ExecSpace(), Format::bf16, src.data(), 3, bits.data());
+  const auto h = test::to_host(bits);
+  EXPECT_EQ(h[0], 0x3f80);
+  EXPECT_EQ(h[1], 0x3f80);
+  EXPECT_EQ(h[2], 0x3f82);
+  EXPECT_EQ(sizeof(std::uint16_t) * bits.extent(0), 2 * v.size());
+  EXPECT_THROW(pack_wire(ExecSpace(), Format::fp32, src.data(), 1, bits.data()), std::invalid_argument);
+}
+
+TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
+  LossScaler s(1024.0, 3, 2.0, 0.5);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 1024.0);
+  EXPECT_TRUE(s.update(false));  // third good step: grows
+  EXPECT_EQ(s.scale(), 2048.0);
+  EXPECT_EQ(s.good_steps(), 0);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_FALSE(s.update(true));  // overflow: skipped, backs off, counter reset
+  EXPECT_EQ(s.scale(), 1024.0);
+  EXPECT_EQ(s.good_steps(), 0);
+  EXPECT_EQ(s.overflows(), 1);
+  EXPECT_FALSE(s.update(true));
+  EXPECT_EQ(s.scale(), 512.0);
+  for (int i = 0; i < 3; ++i) s.update(false);
+  EXPECT_EQ(s.scale(), 1024.0);
+}
+
+}  // namespace
+}  // namespace gpipe
