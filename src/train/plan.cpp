@@ -1,5 +1,6 @@
 #include "gpipe/train/plan.hpp"
 
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/cell.hpp"
 
@@ -22,6 +23,7 @@ Partition deck_partition(const Deck& deck, int cells, const std::vector<double>&
 
 RunPlan plan_run(const Deck& deck, int ranks) {
   RunPlan plan;
+  kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // conv2d's saved bytes
   plan.grid = grid_shape(deck, ranks);
   const int K = plan.grid.cells, D = plan.grid.replicas;
   plan.micro_batch = largest_micro_batch(deck, D);
@@ -41,6 +43,7 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   const std::int64_t scalar = deck.precision == "double" ? 8 : 4;
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
+  plan.memory = cell_memory(deck, plan.partition, D);
   return plan;
 }
 

@@ -11,6 +11,7 @@
 #include "gpipe/io/deck.hpp"
 #include "gpipe/model/partition.hpp"
 #include "gpipe/parallel/grid.hpp"
+#include "gpipe/train/memory.hpp"
 
 namespace gpipe {
 
@@ -36,6 +37,10 @@ struct RunPlan {
   std::string cost_unit;         ///< params | flops
   Partition partition;
   std::vector<std::int64_t> activation_bytes;  ///< per cell (cell_activation_bytes)
+  /// Per cell: the device bytes a rank of it allocates (train/memory.hpp),
+  /// under the deck's kernel choice (`kernels:`, which decides conv2d's
+  /// saved columns and workspace).
+  std::vector<CellMemory> memory;
   /// Set when the deck's balance is "time": the partition shown is the
   /// flops one, because timing layers needs the device.
   bool time_balance_approximated = false;
@@ -44,8 +49,11 @@ struct RunPlan {
 /// The layout of `deck` on `ranks` ranks: grid_shape, then the costs of
 /// pipeline.balance ("time" is replaced by "flops", see RunPlan; "explicit"
 /// reports flops), deck_partition and the activation bytes of every cell in
-/// the deck's precision. Pure: throws InputError as grid_shape,
-/// deck_partition and model_shapes do.
+/// the deck's precision, and every cell's memory. Selects the deck's
+/// `kernels:` choice process-wide first (kernels::select; no Kokkos), as
+/// Pipeline does, so the bytes are the run's. Throws InputError as
+/// grid_shape, deck_partition and model_shapes do; the budget is checked
+/// by the caller (check_memory_budget: Pipeline, --check, gpipe-plan).
 RunPlan plan_run(const Deck& deck, int ranks);
 
 }  // namespace gpipe
