@@ -51,7 +51,6 @@ std::int64_t scalar_bytes(const Deck& deck) { return deck.precision == "double" 
 // Arrays the optimizer step reads or writes per parameter (gradient
 // included), and the optimizer state per parameter.
 int optimizer_arrays(const OptimizerSpec& o) { return o.type == "sgd" ? (o.momentum > 0 ? 5 : 3) : 7; }
-int optimizer_state(const OptimizerSpec& o) { return o.type == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2; }
 
 // The deck with the partition the runner would use: pipeline.balance time
 // measures each layer's forward + backward, which the predicted layer times
@@ -230,8 +229,8 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
     std::int64_t params = 0;
     for (int l = c.first_layer; l < c.first_layer + c.layers; ++l) params += shapes[size_t(l)].parameter_count();
     c.parameter_bytes = params * scalar;
-    c.memory_bytes = c.activation_bytes + c.parameter_bytes * (2 + optimizer_state(deck.optimizer)) +
-                     (deck.parallel.deterministic_reduction && D > 1 ? D * c.parameter_bytes : 0);
+    c.memory = plan.memory[size_t(k)];
+    c.memory_bytes = c.memory.total();  // train/memory.hpp: every View a rank of the cell allocates
     if (k + 1 < K) p.pipeline_bytes += 2 * N * shapes[size_t(c.first_layer + c.layers - 1)].output.size() * scalar;
     if (D > 1)
       p.allreduce_bytes += deck.parallel.deterministic_reduction ? std::int64_t(D) * (D - 1) * c.parameter_bytes
