@@ -109,7 +109,7 @@ def confirm(tmp, family, ranks, remat, budget, layers):
     summary = os.path.join(tmp, "summary.json")
     sets = ["--set", f"pipeline.remat={remat}", "--set", f"pipeline.memory_budget={budget}"]
     r = subprocess.run(["mpirun", "--oversubscribe", "-n", str(ranks), os.path.join(ARGS.build, "apps", "gpipe-train"),
-                        deck, "--quiet", "--summary", summary] + sets, cwd=tmp, env=ENV, capture_output=True, text=True)
+                        deck, "--quiet", "--summary", summary] + sets, cwd=ROOT, env=ENV, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"capacity_study: L = {layers} at K = {ranks}, remat {remat} did not train:\n{r.stderr}")
     memory = json.load(open(summary))["memory"]
