@@ -57,6 +57,7 @@ struct Domain {
   bool low_open = false, high_open = false, bounded_above = false;
   std::vector<std::string> choices;   // Choice
   bool empty_allowed = false;         // Text: "" is a valid value
+  std::string description;            // Text: what describe() says instead of "a path"
 
   std::string describe() const {
     switch (kind) {
@@ -78,7 +79,9 @@ struct Domain {
         return out;
       }
       case Boolean: return "true or false";
-      case Text: return empty_allowed ? "a path (\"\" for none)" : "a non-empty path";
+      case Text:
+        if (!description.empty()) return description;
+        return empty_allowed ? "a path (\"\" for none)" : "a non-empty path";
     }
     return "";
   }
@@ -161,6 +164,7 @@ const std::map<std::string, Domain>& domains() {
     t["pipeline.remat"] = choice({"never", "always", "except_last"});
     t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble"});
     t["pipeline.memory_budget"] = text(false);  // a byte size: parse_byte_size
+    t["pipeline.memory_budget"].description = "a byte size such as 512MiB or 2GiB";
     t["pipeline.link.latency_us"] = number(0, false);
     t["pipeline.link.bandwidth_gbps"] = number(0, true);
     t["parallel.cells"] = integer(0, kIntMax);
