@@ -21,7 +21,7 @@ on a wider model (GPipe's Transformer-L shape: width 2048, hidden 8192),
 stated as predictions. Writes DIR/capacity.json, DIR/capacity.md (the
 tables) and DIR/capacity.png (parameters vs K next to GPipe's Table 1).
 
-  scripts/capacity_study.sh [--out DIR] [--budget 512MiB] [--ranks 1,2,4,8] [--no-run]
+  scripts/capacity_study.sh [--out DIR (runs/capacity)] [--budget 512MiB] [--ranks 1,2,4,8] [--no-run]
 """
 import argparse
 import copy
@@ -222,7 +222,7 @@ def plot(r):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "capacity_study"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "capacity"))
     ap.add_argument("--budget", default="512MiB")
     ap.add_argument("--gpu-budget", default="80GB")
     ap.add_argument("--ranks", default="1,2,4,8")

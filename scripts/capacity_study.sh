@@ -4,7 +4,7 @@
 # re-materialization never and always (planner search, one real step at the
 # boundary, the next size refused), and gpipe-plan's extrapolation to GPU
 # nodes. Options: scripts/capacity_study.py --help.
-#   scripts/capacity_study.sh --out capacity_study            # about 10 minutes on 2 cores
+#   scripts/capacity_study.sh --out runs/capacity             # about 9 minutes on 2 cores
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
