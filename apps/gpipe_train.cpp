@@ -257,7 +257,7 @@ void warn_bubble(const gpipe::Deck& deck, int cells) {
     spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble ({} idle "
                  "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
                  M, cells, gpipe::to_string(deck.pipeline.schedule),
-                 gpipe::bubble_fraction(deck.pipeline.schedule, cells, M));
+                 gpipe::bubble_fraction(deck.pipeline.schedule, cells, M, deck.pipeline.chunks));
 }
 
 template <class T>
@@ -271,7 +271,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
   gpipe::app::print_partition_table(deck, {pipeline.grid(), pipeline.partition(), pipeline.costs(), unit, bytes,
                                            memory, deck.pipeline.memory_budget});
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
-  warn_bubble(deck, pipeline.partition().cells());
+  warn_bubble(deck, pipeline.grid().cells);
 }
 
 // The deck's data files that cannot be opened ("" if all can), for --check.
@@ -480,7 +480,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                        const gpipe::Dataset& test_set,
                        const std::map<std::int64_t, nlohmann::json>& earlier, const nlohmann::json& memory) {
   const auto& p = pipeline.partition();
-  const int K = p.cells(), M = deck.training.micro_batches;
+  const int K = pipeline.grid().cells, M = deck.training.micro_batches;
   nlohmann::json j;
   j["version"] = GPIPE_VERSION_STRING;
   j["build"] = gpipe::build_description();
@@ -500,7 +500,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["schedule"] = gpipe::to_string(deck.pipeline.schedule);
   j["partition"] = p.counts;
   j["imbalance"] = p.imbalance(pipeline.costs());
-  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(deck.pipeline.schedule, K, M);
+  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(deck.pipeline.schedule, K, M, deck.pipeline.chunks);
   if (!deck.trace.file.empty()) {
     j["bubble_fraction_measured"] = trace.measured_bubble();
     j["trace"] = deck.trace.file;
@@ -746,7 +746,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     header.schedule = gpipe::to_string(deck.pipeline.schedule);
     header.deck = deck.path;
     header.bubble_fraction_analytical =
-        gpipe::bubble_fraction(deck.pipeline.schedule, header.cells, header.micro_batches);
+        gpipe::bubble_fraction(deck.pipeline.schedule, header.cells, header.micro_batches, deck.pipeline.chunks);
     header.run_record = run.dump();
     gpipe::write_trace_file(deck.trace.file, header, trace);
     if (!options.quiet)

@@ -10,7 +10,7 @@ namespace gpipe::app {
 
 void print_partition_table(const Deck& deck, const PartitionTable& t) {
   const auto& p = t.partition;
-  const int K = p.cells(), M = deck.training.micro_batches, D = t.grid.replicas;
+  const int S = p.cells(), K = t.grid.cells, M = deck.training.micro_batches, D = t.grid.replicas;
   if (D == 1)
     fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
                "micro-batches, schedule {}, re-materialization {}\n",
@@ -27,20 +27,25 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
   const auto costs = p.cell_costs(t.costs);
   const auto shapes = model_shapes(deck.model);
   fmt::print("  input shape {}\n", deck.model.input_shape().str());
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; k < S; ++k) {  // one stage per cell, or K x pipeline.chunks stages, stage k on cell k mod K
     const int first = p.first_layer(k), count = p.counts[size_t(k)];
-    fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB{}\n", k,
-               first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
-               double(t.activation_bytes[size_t(k)]) / (1 << 20),
-               size_t(k) < t.memory_bytes.size()
-                   ? fmt::format(", memory {} ({} bytes){}", format_bytes(t.memory_bytes[size_t(k)]),
-                                 t.memory_bytes[size_t(k)],
-                                 t.memory_budget > 0
-                                     ? fmt::format(" of the budget {} ({:.1f}%{})", format_bytes(t.memory_budget),
-                                                   100.0 * double(t.memory_bytes[size_t(k)]) / double(t.memory_budget),
-                                                   t.memory_bytes[size_t(k)] > t.memory_budget ? ", OVER" : "")
-                                     : std::string())
-                   : std::string());
+    const std::string memory =
+        size_t(k) < t.memory_bytes.size()
+            ? fmt::format(", memory {} ({} bytes){}", format_bytes(t.memory_bytes[size_t(k)]), t.memory_bytes[size_t(k)],
+                          t.memory_budget > 0
+                              ? fmt::format(" of the budget {} ({:.1f}%{})", format_bytes(t.memory_budget),
+                                            100.0 * double(t.memory_bytes[size_t(k)]) / double(t.memory_budget),
+                                            t.memory_bytes[size_t(k)] > t.memory_budget ? ", OVER" : "")
+                              : std::string())
+            : std::string();
+    if (S == K)
+      fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB{}\n", k,
+                 first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
+                 double(t.activation_bytes[size_t(k)]) / (1 << 20), memory);
+    else
+      fmt::print("  stage {} on cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), cell activations {:.2f} MiB\n",
+                 k, k % K, first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
+                 double(t.activation_bytes[size_t(k % K)]) / (1 << 20));
     for (int l = first; l < first + count; ++l) {
       const auto& s = shapes[size_t(l)];
       fmt::print("    layer {:>2} {:<17} output {:<16} {:>9} parameters\n", l, s.type(),
@@ -49,7 +54,7 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
   }
   fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble of {} = {:.3f}\n",
              p.imbalance(t.costs), to_string(deck.pipeline.schedule),
-             bubble_fraction(deck.pipeline.schedule, K, M));
+             bubble_fraction(deck.pipeline.schedule, K, M, deck.pipeline.chunks));
 }
 
 }  // namespace gpipe::app

@@ -551,7 +551,7 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
       const h5::Handle top = h5::group(H5Gcreate2(root, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
       std::size_t offset = 0, state_offset = 0;  // into this rank's shard buffers
       for (std::size_t l = 0; l < layers.size(); ++l) {
-        const bool mine = int(l) >= shard.first_layer && int(l) < shard.first_layer + shard.layer_count;
+        const bool mine = std::binary_search(shard.layers.begin(), shard.layers.end(), int(l));
         const h5::Handle g = h5::group(H5Gcreate2(root, layers[l].group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
         std::vector<h5::Handle> state_groups;
         if (!layers[l].specs.empty()) {
@@ -646,7 +646,7 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
       for (auto& s : shard.optimizer_state) s.second.clear();
       std::vector<std::string> states;
       for (const auto& st : shard.optimizer_state) states.push_back(st.first);
-      for (int l = shard.first_layer; l < shard.first_layer + shard.layer_count; ++l) {
+      for (int l : shard.layers) {
         const auto& layout = layers[size_t(l)];
         check_layer<T>(root, path, model, l, layout, states);
         auto read = [&](const std::string& name, const ParameterSpec& spec, std::vector<T>& out) {

@@ -36,7 +36,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule", "warmup_steps",
         "clip_norm"}},
-      {"pipeline", {"balance", "remat", "schedule", "link", "memory_budget"}},
+      {"pipeline", {"balance", "remat", "schedule", "chunks", "link", "memory_budget"}},
       {"pipeline.link", {"latency_us", "bandwidth_gbps"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
@@ -162,7 +162,8 @@ const std::map<std::string, Domain>& domains() {
     t["optimizer.warmup_steps"] = integer(0);
     t["optimizer.clip_norm"] = number(0, false);
     t["pipeline.remat"] = choice({"never", "always", "except_last"});
-    t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble"});
+    t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble", "interleaved_1f1b"});
+    t["pipeline.chunks"] = integer(1, 1024);
     t["pipeline.memory_budget"] = text(false);  // a byte size: parse_byte_size
     t["pipeline.memory_budget"].description = "a byte size such as 512MiB or 2GiB";
     t["pipeline.link.latency_us"] = number(0, false);
@@ -517,6 +518,7 @@ PipelineSpec read_pipeline(const Section& p) {
   const auto remat = p.value<std::string>("remat", "never");
   pipeline.remat = parse_remat(remat, "pipeline.remat");
   pipeline.schedule = parse_schedule(p.value<std::string>("schedule", "fill_drain"), "pipeline.schedule");
+  pipeline.chunks = p.value<int>("chunks", 1);
   if (p.has("memory_budget"))
     pipeline.memory_budget = parse_byte_size(p.value<std::string>("memory_budget", ""),
                                              p.where(p.raw("memory_budget")) + ": pipeline.memory_budget");

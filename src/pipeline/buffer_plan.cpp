@@ -60,13 +60,24 @@ BufferPool pool(const std::vector<Interval>& intervals) {
 
 }  // namespace
 
-CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
+CellBufferPlan plan_buffers(const Schedule& schedule, int stage) {
   const int M = schedule.micro_batches;
+  // The stage's rank; a hand-written schedule without a stage map is one
+  // stage per rank, every op of the rank the stage's.
+  const bool mapped = !schedule.rank_of_stage.empty();
+  const int cell = mapped ? schedule.rank_of_stage.at(size_t(stage)) : stage;
   const auto& ops = schedule.ops.at(size_t(cell));
+  const auto mine = [&](const Op& op) { return !mapped || op.stage == stage; };
   std::vector<int> forward(size_t(M), -1), recompute(size_t(M), -1), backward(size_t(M), -1),
       weights(size_t(M), -1);
+  int batch_weights = -1;
   for (int i = 0; i < int(ops.size()); ++i) {
     const Op& op = ops[size_t(i)];
+    if (!mine(op)) continue;
+    if (op.kind == OpKind::BatchWeights) {
+      batch_weights = i;
+      continue;
+    }
     const auto m = size_t(op.micro_batch);
     if (op.kind != OpKind::Forward && forward[m] < 0)
       throw InputError(fmt::format("schedule: cell {} runs an op of micro-batch {} before its "
@@ -82,14 +93,21 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
       case OpKind::Backward:
       case OpKind::BackwardInput: backward[m] = i; break;
       case OpKind::BackwardWeights: weights[m] = i; break;
+      case OpKind::BatchWeights: break;
     }
   }
+  // Without re-materialization the whole-batch W reads every micro-batch's
+  // kept layer inputs (and received cell input): they live until it.
+  const bool batch_reads_kept =
+      batch_weights >= 0 && std::none_of(schedule.rematerialized.begin(), schedule.rematerialized.end(),
+                                         [](bool r) { return r; });
   std::vector<int> next_backward(size_t(M), -1);  // [m]: the cell's first backward op after B(m)
   for (size_t m = 0; m < size_t(M); ++m) {
     if (backward[m] < 0) continue;
     next_backward[m] = backward[m];
     for (int i = backward[m] + 1; i < int(ops.size()); ++i)
-      if (ops[size_t(i)].kind == OpKind::Backward || ops[size_t(i)].kind == OpKind::BackwardInput) {
+      if (mine(ops[size_t(i)]) &&
+          (ops[size_t(i)].kind == OpKind::Backward || ops[size_t(i)].kind == OpKind::BackwardInput)) {
         next_backward[m] = i;
         break;
       }
@@ -99,7 +117,7 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
   std::vector<int> backward_item(size_t(M), -1), forward_item(size_t(M), -1);
   for (size_t m = 0; m < size_t(M); ++m) {
     if (forward[m] < 0) continue;
-    const int end = std::max({forward[m], backward[m], weights[m]});
+    const int end = std::max({forward[m], backward[m], weights[m], batch_reads_kept ? batch_weights : -1});
     whole[m] = {forward[m], end};
     // The send buffer stays busy until this cell's next backward has run, so
     // consecutive backwards alternate between two buffers and B(m + 1) never
@@ -118,6 +136,7 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int cell) {
     }
   }
   CellBufferPlan plan;
+  plan.batch_weights = batch_weights;
   plan.micro_batch = pool(whole);
   plan.input_grad = pool(input_grad);
   plan.weight_grad = pool(weight_grad);
@@ -139,7 +158,8 @@ std::int64_t planned_bytes(const CellBufferPlan& plan, const SlotBytes& bytes) {
   return std::int64_t(plan.micro_batch.slots) * bytes.micro_batch +
          std::int64_t(plan.activations.slots) * bytes.activations +
          std::int64_t(plan.input_grad.slots) * bytes.input_grad +
-         std::int64_t(plan.weight_grad.slots) * bytes.weight_grad + bytes.fixed;
+         std::int64_t(plan.weight_grad.slots) * bytes.weight_grad + bytes.fixed +
+         (plan.batch_weights >= 0 ? bytes.batch_weights : 0);
 }
 
 }  // namespace gpipe

@@ -30,7 +30,8 @@ ScheduleKind parse_schedule(const std::string& text, const std::string& field) {
   if (text == "fill_drain") return ScheduleKind::FillDrain;
   if (text == "1f1b") return ScheduleKind::OneFOneB;
   if (text == "zero_bubble") return ScheduleKind::ZeroBubble;
-  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b or zero_bubble)",
+  if (text == "interleaved_1f1b") return ScheduleKind::Interleaved1F1B;
+  throw InputError(fmt::format("{}: unknown schedule '{}' (expected fill_drain, 1f1b, zero_bubble or interleaved_1f1b)",
                                field, text));
 }
 
@@ -39,6 +40,7 @@ std::string to_string(ScheduleKind kind) {
     case ScheduleKind::FillDrain: return "fill_drain";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::ZeroBubble: return "zero_bubble";
+    case ScheduleKind::Interleaved1F1B: return "interleaved_1f1b";
   }
   return "?";
 }
@@ -50,6 +52,7 @@ char op_letter(OpKind kind) {
     case OpKind::Backward: return 'B';
     case OpKind::BackwardInput: return 'I';
     case OpKind::BackwardWeights: return 'W';
+    case OpKind::BatchWeights: return 'G';
   }
   return '?';
 }
@@ -88,6 +91,7 @@ Schedule fill_drain(int cells, int micro_batches, Remat remat) {
     auto& ops = s.ops[size_t(k)];
     for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::Forward, m, k});
     for (int m = micro_batches - 1; m >= 0; --m) push_backward(s, ops, OpKind::Backward, m, k);
+    if (micro_batches > 1) ops.push_back({OpKind::BatchWeights, 0, k});
   }
   return s;
 }
@@ -130,18 +134,79 @@ Schedule zero_bubble(int cells, int micro_batches, Remat remat) {
   return s;
 }
 
-double bubble_fraction(ScheduleKind kind, int cells, int micro_batches) {
-  const int work = kind == ScheduleKind::ZeroBubble ? 3 * micro_batches : micro_batches;
+Schedule interleaved_one_f_one_b(int cells, int chunks, int micro_batches, Remat remat) {
+  if (chunks < 1)
+    throw InputError(fmt::format("pipeline.chunks: {} chunks per rank, expected at least 1", chunks));
+  if (chunks == 1) return one_f_one_b(cells, micro_batches, remat);
+  const int K = cells, v = chunks, M = micro_batches;
+  if (M % K != 0)
+    throw InputError(fmt::format("training.micro_batches: interleaved_1f1b with pipeline.chunks = {} needs a "
+                                 "multiple of the {} pipeline cells, not {}",
+                                 v, K, M));
+  Schedule s = blank(K, M, remat);
+  s.stages = K * v;
+  s.rank_of_stage.clear();
+  for (int st = 0; st < K * v; ++st) s.rank_of_stage.push_back(st % K);
+  const int total = M * v;  // virtual micro-batches per rank
+  // Megatron-LM: virtual micro-batch j is micro-batch (j / Kv) K + j mod K
+  // of chunk (j / K) mod v (backwards: chunk v - 1 - that).
+  const auto micro = [&](int j) { return (j / (K * v)) * K + j % K; };
+  const auto chunk = [&](int j, bool forward) {
+    const int c = (j % (K * v)) / K;
+    return forward ? c : v - 1 - c;
+  };
+  for (int k = 0; k < K; ++k) {
+    auto& ops = s.ops[size_t(k)];
+    const auto forward = [&](int j) { ops.push_back({OpKind::Forward, micro(j), chunk(j, true) * K + k}); };
+    const auto backward = [&](int j) { push_backward(s, ops, OpKind::Backward, micro(j), chunk(j, false) * K + k); };
+    const int warm_up = M == K ? total : std::min(total, (K - k - 1) * 2 + (v - 1) * K);
+    for (int j = 0; j < warm_up; ++j) forward(j);
+    for (int i = 0; i < total - warm_up; ++i) {
+      forward(i + warm_up);
+      backward(i);
+    }
+    for (int j = total - warm_up; j < total; ++j) backward(j);
+  }
+  return s;
+}
+
+double bubble_fraction(ScheduleKind kind, int cells, int micro_batches, int chunks) {
+  int work = kind == ScheduleKind::ZeroBubble ? 3 * micro_batches : micro_batches;
+  if (kind == ScheduleKind::Interleaved1F1B) work *= chunks;
   return double(cells - 1) / double(work + cells - 1);
 }
 
-Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat) {
+Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks) {
+  if (chunks != 1 && kind != ScheduleKind::Interleaved1F1B)
+    throw InputError(fmt::format("pipeline.chunks: {} chunks per rank need pipeline.schedule: interleaved_1f1b "
+                                 "(pipeline.schedule {} runs one stage per rank)",
+                                 chunks, to_string(kind)));
   switch (kind) {
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);
     case ScheduleKind::ZeroBubble: return zero_bubble(cells, micro_batches, remat);
+    case ScheduleKind::Interleaved1F1B: return interleaved_one_f_one_b(cells, chunks, micro_batches, remat);
   }
   return fill_drain(cells, micro_batches, remat);
+}
+
+Schedule forward_only(const Schedule& training, int micro_batches) {
+  Schedule s = blank(training.cells, micro_batches, Remat::Never);
+  s.stages = training.stages;
+  s.rank_of_stage = training.rank_of_stage;
+  for (int k = 0; k < s.cells; ++k) {
+    const auto mine = stages_of_rank(s, k);
+    for (int m = 0; m < micro_batches; ++m)
+      for (int st : mine) s.ops[size_t(k)].push_back({OpKind::Forward, m, st});
+  }
+  return s;
+}
+
+std::vector<int> stages_of_rank(const Schedule& schedule, int rank) {
+  std::vector<int> out;
+  for (int st = 0; st < int(schedule.rank_of_stage.size()); ++st)
+    if (schedule.rank_of_stage[size_t(st)] == rank) out.push_back(st);
+  return out;
 }
 
 Schedule forward_only(int cells, int micro_batches) {

@@ -58,8 +58,14 @@ void check_tag(MPI_Comm comm, int tag, int rank, const std::string& what) {
 }
 }  // namespace
 
-int forward_tag(int micro_batch) { return checked_tag(2 * std::int64_t(micro_batch)); }
-int backward_tag(int micro_batch) { return checked_tag(2 * std::int64_t(micro_batch) + 1); }
+int forward_tag(int micro_batch, int stage, int stages) {
+  return checked_tag(2 * (std::int64_t(micro_batch) * stages + stage));
+}
+int backward_tag(int micro_batch, int stage, int stages) {
+  return checked_tag(2 * (std::int64_t(micro_batch) * stages + stage) + 1);
+}
+int forward_tag(int micro_batch) { return forward_tag(micro_batch, 0, 1); }
+int backward_tag(int micro_batch) { return backward_tag(micro_batch, 0, 1); }
 
 int tag_upper_bound(MPI_Comm comm) {
   void* value = nullptr;
@@ -68,13 +74,17 @@ int tag_upper_bound(MPI_Comm comm) {
   return flag && value ? *static_cast<int*>(value) : 32767;  // the standard's minimum
 }
 
-void check_message_tags(MPI_Comm comm, std::int64_t micro_batches) {
-  const std::int64_t top = 2 * micro_batches - 1;
+void check_message_tags(MPI_Comm comm, std::int64_t micro_batches, std::int64_t stages) {
+  const std::int64_t top = 2 * micro_batches * stages - 1;
   const int bound = tag_upper_bound(comm);
-  if (top > bound)
+  if (top > bound && stages == 1)
     throw InputError(fmt::format("training.micro_batches = {}: message tags reach 2M - 1 = {}, above "
                                  "this MPI's MPI_TAG_UB = {}",
                                  micro_batches, top, bound));
+  if (top > bound)
+    throw InputError(fmt::format("training.micro_batches = {} over {} stages: message tags reach 2MS - 1 = {}, "
+                                 "above this MPI's MPI_TAG_UB = {}",
+                                 micro_batches, stages, top, bound));
 }
 
 int mpi_count(std::int64_t count, const std::string& what) {

@@ -13,6 +13,7 @@ double OpSeconds::of(OpKind kind) const {
     case OpKind::Backward: return backward;
     case OpKind::BackwardInput: return backward_input;
     case OpKind::BackwardWeights: return backward_weights;
+    case OpKind::BatchWeights: return 0;  // booked inside each micro-batch's B (predict.cpp), as before the op existed
   }
   return 0;
 }

@@ -50,14 +50,15 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
-  check_message_tags(comm_.get(), M);  // the same on every rank: before any collective
+  const int S = K * deck.pipeline.chunks;  // stages: v chunks per rank
+  check_message_tags(comm_.get(), M, S);  // the same on every rank: before any collective
   const std::int64_t shard = largest_shard(deck, D);
   const std::int64_t micro = largest_micro_batch(deck, D);
   // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
   const std::string mode = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
-  if (K > L) balance_min_max(std::vector<double>(size_t(L), 1.0), K);  // throws: K > L
+  if (S > L) balance_min_max(std::vector<double>(size_t(L), 1.0), S);  // throws: S > L
   costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
-  partition_ = deck_partition(deck, K, costs_);
+  partition_ = deck_partition(deck, S, costs_);  // by stage
   tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
   if (deck.pipeline.memory_budget > 0)  // the same verdict on every rank, from the deck
     check_memory_budget(cell_memory(deck, partition_, D), deck.pipeline.memory_budget, shape_);
@@ -66,6 +67,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.micro_batches = M;
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
+  options.chunks = deck.pipeline.chunks;
   options.seed = deck.seed;
   if (deck.pipeline.link.enabled())
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
@@ -88,18 +90,18 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     GradientReducer<T>* reducer = reducer_.get();
     cell_->set_gradient_ready([reducer](int layer) { reducer->layer_ready(layer); });
   }
-  if (cell_->is_first()) {
+  if (cell_->reads_inputs()) {
     batch_inputs_ = Matrix<T>("gpipe::Pipeline::batch_inputs", shard, deck.model.input_features);
     batch_inputs_host_ = Kokkos::create_mirror_view(batch_inputs_);
   }
   regression_ = deck.model.loss.regression();
   outputs_ = deck.model.classes();
   labels_per_sample_ = std::max<std::int64_t>(deck.model.labels_per_sample(), 1);
-  if (cell_->is_last() && !regression_) {
+  if (cell_->computes_loss() && !regression_) {
     batch_labels_ = LabelVector("gpipe::Pipeline::batch_labels", shard * labels_per_sample_);
     batch_labels_host_ = Kokkos::create_mirror_view(batch_labels_);
   }
-  if (cell_->is_last() && regression_) {
+  if (cell_->computes_loss() && regression_) {
     batch_targets_ = Matrix<T>("gpipe::Pipeline::batch_targets", shard, outputs_);
     batch_targets_host_ = Kokkos::create_mirror_view(batch_targets_);
   }
@@ -115,17 +117,17 @@ template <class T>
 void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
   NormalizationStats s = stats;
   double in[3] = {s.input_scale, s.input_mean, s.input_std};
-  MPI_Bcast(in, 3, MPI_DOUBLE, shape_.rank_of(0, 0), comm_.get());
+  const int first = shape_.rank_of(0, cell_->first_rank());  // where stage 0 reads the inputs
+  MPI_Bcast(in, 3, MPI_DOUBLE, first, comm_.get());
   s.input_scale = in[0];
   s.input_mean = in[1];
   s.input_std = in[2];
   for (auto* v : {&s.input_feature_mean, &s.input_feature_std}) {  // from the first cell
     long long size = (long long)v->size();
-    MPI_Bcast(&size, 1, MPI_LONG_LONG, shape_.rank_of(0, 0), comm_.get());
+    MPI_Bcast(&size, 1, MPI_LONG_LONG, first, comm_.get());
     v->resize(size_t(size));
     if (size > 0)
-      MPI_Bcast(v->data(), mpi_count(size, "the input normalization"), MPI_DOUBLE, shape_.rank_of(0, 0),
-                comm_.get());
+      MPI_Bcast(v->data(), mpi_count(size, "the input normalization"), MPI_DOUBLE, first, comm_.get());
   }
   s.target_mean = from_last(s.target_mean);
   s.target_std = from_last(s.target_std);
@@ -134,7 +136,7 @@ void Pipeline<T>::set_normalization(const NormalizationStats& stats) {
 
 template <class T>
 std::vector<double> Pipeline<T>::from_last(std::vector<double> values) const {
-  const int root = shape_.rank_of(0, shape_.cells - 1);
+  const int root = shape_.rank_of(0, cell_->last_rank());
   long long size = (long long)values.size();
   MPI_Bcast(&size, 1, MPI_LONG_LONG, root, comm_.get());
   values.resize(size_t(size));
@@ -162,13 +164,13 @@ double Pipeline<T>::next_learning_rate() const {
 
 template <class T>
 double Pipeline<T>::from_last(double value) const {
-  MPI_Bcast(&value, 1, MPI_DOUBLE, shape_.rank_of(0, shape_.cells - 1), comm_.get());
+  MPI_Bcast(&value, 1, MPI_DOUBLE, shape_.rank_of(0, cell_->last_rank()), comm_.get());
   return value;
 }
 
 template <class T>
 LossSums Pipeline<T>::sum_over_replicas(LossSums sums) const {
-  if (shape_.replicas == 1 || !cell_->is_last()) return sums;
+  if (shape_.replicas == 1 || !cell_->computes_loss()) return sums;
   MPI_Allreduce(MPI_IN_PLACE, &sums.loss, 1, MPI_DOUBLE, MPI_SUM, grid_.replica_group());
   MPI_Allreduce(MPI_IN_PLACE, &sums.correct, 1, MPI_INT64_T, MPI_SUM, grid_.replica_group());
   if (regression_) {  // a replica with an empty shard holds no moments yet
@@ -194,7 +196,7 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
                       deck_.training.batch_size));
   const MicroBatch shard = shard_of(n, shape_.replicas, grid_.replica());
   auto row = [&](std::int64_t i) { return order ? order[shard.offset + i] : shard.offset + i; };
-  if (cell_->is_first()) {
+  if (cell_->reads_inputs()) {
     const auto f = features;
     require(f == deck_.model.input_features,
             fmt::format("samples have {} features but model.input is {}", f, deck_.model.input_features));
@@ -217,13 +219,13 @@ MicroBatch Pipeline<T>::stage_batch(const float* inputs, std::int64_t features,
     }
     Kokkos::deep_copy(cell_->execution_space(), batch_inputs_, batch_inputs_host_);
   }
-  if (cell_->is_last() && labels && !regression_) {
+  if (cell_->computes_loss() && labels && !regression_) {
     const std::int64_t w = labels_per_sample_;  // T labels per sample for token data
     for (std::int64_t i = 0; i < shard.size; ++i)
       for (std::int64_t t = 0; t < w; ++t) batch_labels_host_(i * w + t) = labels[row(i) * w + t];
     Kokkos::deep_copy(cell_->execution_space(), batch_labels_, batch_labels_host_);
   }
-  if (cell_->is_last() && targets && regression_) {
+  if (cell_->computes_loss() && targets && regression_) {
     const auto p = outputs_;
     for (std::int64_t i = 0; i < shard.size; ++i)
       for (std::int64_t j = 0; j < p; ++j) batch_targets_host_(i, j) = T(targets[row(i) * p + j]);
@@ -367,15 +369,12 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
 
 template <class T>
 int Pipeline<T>::local_layer(int layer) const {
-  const int l = layer - cell_->first_layer();
-  return l >= 0 && l < int(cell_->layers().size()) ? l : -1;
+  return cell_->local_layer(layer);
 }
 
 template <class T>
 int Pipeline<T>::cell_of(int layer) const {
-  int cell = 0;
-  while (cell + 1 < partition_.cells() && partition_.first_layer(cell + 1) <= layer) ++cell;
-  return cell;
+  return cell_->rank_of_layer(layer);
 }
 
 template <class T>
@@ -450,7 +449,16 @@ void Pipeline<T>::clip_gradients() {
   auto squares = segment_squared_norms<T>(space, g, cell_->parameter_offsets());
   // A tied weight is one parameter: counted once, in the embedding's layer.
   if (tied_.tied() && local_layer(tied_.head) >= 0) squares[size_t(local_layer(tied_.head))] = 0;
-  last_gradient_norm_ = global_norm(squares, grid_.pipeline());
+  // Summed in global layer order whatever the stage map: each layer's square
+  // is nonzero on one rank only, so the sum over ranks is exact, and the
+  // layers are then added in model order (global_norm's order for one stage per rank).
+  std::vector<double> by_layer(deck_.model.layers.size(), 0.0);
+  for (size_t l = 0; l < squares.size(); ++l) by_layer[size_t(cell_->global_layer(int(l)))] = squares[l];
+  MPI_Allreduce(MPI_IN_PLACE, by_layer.data(), mpi_count(std::int64_t(by_layer.size()), "clip_norm: the layers"),
+                MPI_DOUBLE, MPI_SUM, grid_.pipeline());
+  double sum = 0;
+  for (double v : by_layer) sum += v;
+  last_gradient_norm_ = std::sqrt(sum);
   const double factor = clip_factor(last_gradient_norm_, deck_.optimizer.clip_norm);
   if (factor < 1) scale_in_place<T>(space, g, T(factor));
 }
@@ -463,22 +471,20 @@ int Pipeline<T>::first_nonfinite_layer(const Vector<T>& values) const {
   const auto& layers = cell_->layers();
   for (std::size_t l = 0; l < layers.size(); ++l) {
     offset += layers[l]->parameter_count();
-    if (at < offset) return cell_->first_layer() + int(l);
+    if (at < offset) return cell_->global_layer(int(l));
   }
-  return cell_->first_layer() + int(layers.size()) - 1;
+  return cell_->global_layer(int(layers.size()) - 1);
 }
 
 template <class T>
 std::string Pipeline<T>::where_layer(int layer) const {
-  int cell = 0;
-  while (cell + 1 < partition_.cells() && partition_.first_layer(cell + 1) <= layer) ++cell;
-  return fmt::format("layer {} ({}) in cell {}", layer, deck_.model.layers[size_t(layer)].type, cell);
+  return fmt::format("layer {} ({}) in cell {}", layer, deck_.model.layers[size_t(layer)].type, cell_of(layer));
 }
 
 template <class T>
 bool Pipeline<T>::check_finite(const LossSums& sums) {
   const NonFinite mode = deck_.training.nonfinite;
-  last_step_finite_ = !cell_->is_last() || std::isfinite(sums.loss);
+  last_step_finite_ = !cell_->computes_loss() || std::isfinite(sums.loss);
   if (mode == NonFinite::Ignore) return true;  // reported by fit() from the loss
   // One Allreduce (MIN) of {first layer with a non-finite gradient or INT_MAX,
   // 1 if the loss is finite}: every rank takes the same decision.
@@ -514,9 +520,9 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
   const std::int64_t classes = deck_.model.classes();
   std::vector<T> out(static_cast<size_t>(n * classes));  // n <= batch_size
   Matrix<T> logits;
-  if (cell_->is_last()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
+  if (cell_->computes_loss()) logits = Matrix<T>("gpipe::Pipeline::predict", shard.size, classes);
   if (shard.size > 0) cell_->predict(batch_inputs_, shard.size, logits);
-  if (cell_->is_last()) {
+  if (cell_->computes_loss()) {
     auto h = Kokkos::create_mirror_view(logits);
     Kokkos::deep_copy(cell_->execution_space(), h, logits);
     compat::fence(cell_->execution_space(), "gpipe::Pipeline::predict");
@@ -532,7 +538,7 @@ std::vector<T> Pipeline<T>::predict_staged(std::int64_t n, const MicroBatch& sha
                      mpi_type<T>(), grid_.replica_group());
     }
   }
-  MPI_Bcast(out.data(), mpi_count(std::int64_t(out.size()), "predict: the outputs"), mpi_type<T>(), shape_.rank_of(0, shape_.cells - 1), comm_.get());
+  MPI_Bcast(out.data(), mpi_count(std::int64_t(out.size()), "predict: the outputs"), mpi_type<T>(), shape_.rank_of(0, cell_->last_rank()), comm_.get());
   const auto& z = normalization_;
   if (regression_ && std::int64_t(z.target_mean.size()) == classes)
     for (std::int64_t i = 0; i < n; ++i)
@@ -610,8 +616,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
                        : "optimizer state '" + state[size_t(global[1] - 1)].first + "'",
         where_layer(global[0])));
   CheckpointShard<T> shard;
-  shard.first_layer = cell_->first_layer();
-  shard.layer_count = int(cell_->layers().size());
+  shard.layers = cell_->global_layers();
   const ExecSpace space = cell_->execution_space();
   auto host = [&space](const Vector<T>& v) {
     auto h = Kokkos::create_mirror_view(v);
@@ -662,8 +667,7 @@ template <class T>
 CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   check_usable();
   CheckpointShard<T> shard;
-  shard.first_layer = cell_->first_layer();
-  shard.layer_count = int(cell_->layers().size());
+  shard.layers = cell_->global_layers();
   const auto state = optimizer_->state();
   for (const auto& [name, values] : state) shard.optimizer_state.emplace_back(name, std::vector<T>());
   CheckpointInfo info;
@@ -715,13 +719,30 @@ std::vector<T> Pipeline<T>::gather_parameters() const {
   std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
   MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, pipe);
   std::vector<T> all;
-  if (cell_->is_first()) {
+  if (cell_->rank() == 0) {
     for (int k = 1; k < K; ++k) displs[size_t(k)] = displs[size_t(k) - 1] + counts[size_t(k) - 1];
     all.resize(size_t(displs.back() + counts.back()));
   }
   MPI_Gatherv(host.data(), local, mpi_type<T>(), all.data(), counts.data(), displs.data(),
               mpi_type<T>(), 0, pipe);
-  return all;
+  if (cell_->rank() != 0 || cell_->schedule().stages == K) return all;  // one stage per rank: in layer order
+  // Several stages per rank: rank k's buffer holds its stages' layers in
+  // stage order; put every layer at its place in model order.
+  const auto shapes = model_shapes(deck_.model);
+  std::vector<std::int64_t> at(shapes.size() + 1, 0);  // [layer] offset in model order
+  for (size_t l = 0; l < shapes.size(); ++l) at[l + 1] = at[l] + shapes[l].parameter_count();
+  std::vector<T> ordered(all.size());
+  const Schedule& schedule = cell_->schedule();
+  for (int k = 0; k < K; ++k) {
+    std::int64_t from = displs[size_t(k)];
+    for (int s : stages_of_rank(schedule, k))
+      for (int l = partition_.first_layer(s); l < partition_.first_layer(s) + partition_.counts[size_t(s)]; ++l) {
+        const std::int64_t size = at[size_t(l) + 1] - at[size_t(l)];
+        std::copy(all.begin() + from, all.begin() + from + size, ordered.begin() + at[size_t(l)]);
+        from += size;
+      }
+  }
+  return ordered;
 }
 
 template <class T>

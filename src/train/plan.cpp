@@ -34,12 +34,13 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   for (const auto& layer : shapes)
     plan.costs.push_back(plan.cost_unit == "params" ? double(layer.parameter_count())
                                                     : layer.flops(plan.micro_batch, layer.index > 0));
-  plan.partition = deck_partition(deck, K, plan.costs);
+  plan.partition = deck_partition(deck, K * deck.pipeline.chunks, plan.costs);  // by stage
   CellOptions options;
   options.max_batch = largest_shard(deck, D);
   options.micro_batches = deck.training.micro_batches;
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
+  options.chunks = deck.pipeline.chunks;
   const std::int64_t scalar = deck.precision == "double" ? 8 : 4;
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));

@@ -24,7 +24,7 @@ check("the real list" "${HEADERS}" 0 "^$")
 set(without ${HEADERS})
 list(REMOVE_ITEM without pipeline/buffer_plan.hpp)
 check("buffer_plan.hpp removed" "${without}" 1
-      "incomplete; add:.*pipeline/buffer_plan.hpp \\(included by pipeline/cell.hpp, not listed\\)")
+      "incomplete; add:.*pipeline/buffer_plan.hpp \\(included by pipeline/stage.hpp, not listed\\)")
 set(without ${HEADERS})
 list(REMOVE_ITEM without predict/sweep.hpp)
 check("predict/sweep.hpp removed" "${without}" 1 "predict/sweep.hpp \\(under include/gpipe, not listed\\)")

@@ -5,7 +5,8 @@
 // re-materialization modes, every term of cell_memory (train/memory.hpp)
 // equals, to the byte, what the rank's live Kokkos allocations hold after
 // two training steps (grouped by View label), and the high-water mark of
-// the device memory space equals total(). Also: pipeline.memory_budget
+// the device memory space equals total(); with two interleaved stages per
+// rank too. Also: pipeline.memory_budget
 // refuses a layout that does not fit with the exact message, and accepts
 // one that fits by one byte.
 
@@ -112,6 +113,10 @@ TEST(MemoryModel, EveryTermEqualsTheLiveAllocationsAndThePeakEqualsTheTotal) {
   for (const std::string pipeline :
        {"{}", "{remat: always}", "{schedule: 1f1b, remat: except_last}", "{schedule: zero_bubble}"})
     cases.push_back({"mlp " + pipeline, test::deck_text(mlp, 6, 12, 3, "float", pipeline), test::synthetic(24, 6, 4, 3)});
+  if (world_size() == 2)  // two stages per rank (interleaved 1F1B, Megatron's virtual stages)
+    cases.push_back({"mlp interleaved",
+                     test::deck_text(mlp, 6, 12, 4, "float", "{schedule: interleaved_1f1b, chunks: 2, remat: always}"),
+                     test::synthetic(24, 6, 4, 3)});
   cases.push_back({"mlp sgd", test::deck_text(mlp, 6, 12, 4, "float", "{}", "{type: sgd, lr: 0.1, momentum: 0}"),
                    test::synthetic(24, 6, 4, 3)});
   for (const std::string kernels : {"portable", "auto"}) {

@@ -41,7 +41,7 @@ TEST(Schedule, OneFOneBWarmUpSteadyCoolDown) {
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "deck.yaml:3: pipeline.schedule: unknown schedule 'interleaved' "
-                           "(expected fill_drain, 1f1b or zero_bubble)");
+                           "(expected fill_drain, 1f1b, zero_bubble or interleaved_1f1b)");
   }
 }
 

@@ -293,7 +293,7 @@ TEST(Deck, ScheduleKey) {
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=1f1b"}).pipeline.schedule,
             ScheduleKind::OneFOneB);
   EXPECT_EQ(error_of(kDeck, {"pipeline.schedule=gpipe"}),
-            "deck.yaml (--set): pipeline.schedule: expected fill_drain, 1f1b or zero_bubble, got "
+            "deck.yaml (--set): pipeline.schedule: expected fill_drain, 1f1b, zero_bubble or interleaved_1f1b, got "
             "'gpipe'");
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"pipeline.schedule=zero_bubble"}).pipeline.schedule,
             ScheduleKind::ZeroBubble);

@@ -77,7 +77,8 @@ TEST(Schedule, FillDrain) {
   const Schedule s = fill_drain(2, 3, Remat::Never);
   const std::vector<Op> expected = {{OpKind::Forward, 0},  {OpKind::Forward, 1},
                                     {OpKind::Forward, 2},  {OpKind::Backward, 2},
-                                    {OpKind::Backward, 1}, {OpKind::Backward, 0}};
+                                    {OpKind::Backward, 1}, {OpKind::Backward, 0},
+                                    {OpKind::BatchWeights, 0}};  // the whole-batch W (M > 1)
   ASSERT_EQ(s.ops.size(), 2u);
   EXPECT_EQ(s.ops[0], expected);
   std::vector<Op> on_stage_1 = expected;
@@ -95,15 +96,73 @@ TEST(Schedule, RematerializationInsertsRecompute) {
                                        {OpKind::Recompute, 1},
                                        {OpKind::Backward, 1},
                                        {OpKind::Recompute, 0},
-                                       {OpKind::Backward, 0}}));
+                                       {OpKind::Backward, 0},
+                                       {OpKind::BatchWeights, 0}}));
   const Schedule e = fill_drain(1, 2, Remat::ExceptLast);
   EXPECT_EQ(e.rematerialized, (std::vector<bool>{true, false}));
   EXPECT_EQ(e.ops[0], (std::vector<Op>{{OpKind::Forward, 0},
                                        {OpKind::Forward, 1},
                                        {OpKind::Backward, 1},
                                        {OpKind::Recompute, 0},
-                                       {OpKind::Backward, 0}}));
+                                       {OpKind::Backward, 0},
+                                       {OpKind::BatchWeights, 0}}));
   EXPECT_THROW(parse_remat("sometimes", "pipeline.remat"), InputError);
+}
+
+}  // namespace
+}  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// Megatron-LM's interleaved 1F1B: with M = K every rank runs all its
+// forwards (chunk by chunk, K micro-batches each), then the backwards with
+// the chunks reversed; stage s on rank s mod K.
+TEST(Schedule, InterleavedOneFOneB) {
+  const Schedule s = interleaved_one_f_one_b(2, 2, 2, Remat::Never);
+  EXPECT_EQ(s.stages, 4);
+  EXPECT_EQ(s.rank_of_stage, (std::vector<int>{0, 1, 0, 1}));
+  const auto on = [](int k) {
+    return std::vector<Op>{{OpKind::Forward, 0, k},      {OpKind::Forward, 1, k},
+                           {OpKind::Forward, 0, k + 2},  {OpKind::Forward, 1, k + 2},
+                           {OpKind::Backward, 0, k + 2}, {OpKind::Backward, 1, k + 2},
+                           {OpKind::Backward, 0, k},     {OpKind::Backward, 1, k}};
+  };
+  EXPECT_EQ(s.ops[0], on(0));
+  EXPECT_EQ(s.ops[1], on(1));
+  // M = 2K: rank 1's warm-up is (v - 1) K = 2 forwards, then F and B alternate.
+  const Schedule t = interleaved_one_f_one_b(2, 2, 4, Remat::Always);
+  const auto F = [](int m, int st) { return Op{OpKind::Forward, m, st}; };
+  const auto R = [](int m, int st) { return Op{OpKind::Recompute, m, st}; };
+  const auto B = [](int m, int st) { return Op{OpKind::Backward, m, st}; };
+  EXPECT_EQ(t.ops[1], (std::vector<Op>{F(0, 1), F(1, 1), F(0, 3), R(0, 3), B(0, 3), F(1, 3), R(1, 3), B(1, 3),
+                                       F(2, 1), R(0, 1), B(0, 1), F(3, 1), R(1, 1), B(1, 1), F(2, 3), R(2, 3),
+                                       B(2, 3), F(3, 3), R(3, 3), B(3, 3), R(2, 1), B(2, 1), R(3, 1), B(3, 1)}));
+  // Every stage runs F and B of every micro-batch once, its backwards in
+  // micro-batch order (1f1b's gradient sum), for K = 1..4, v = 2, 3.
+  for (int K = 1; K <= 4; ++K)
+    for (int v = 2; v <= 3; ++v)
+      for (int M = K; M <= 3 * K; M += K) {
+        const Schedule x = interleaved_one_f_one_b(K, v, M, Remat::Never);
+        for (int st = 0; st < K * v; ++st) {
+          std::vector<int> forwards, backwards;
+          for (const Op& op : x.ops[size_t(st % K)])
+            if (op.stage == st) (op.kind == OpKind::Forward ? forwards : backwards).push_back(op.micro_batch);
+          std::vector<int> in_order(static_cast<size_t>(M));
+          for (int m = 0; m < M; ++m) in_order[size_t(m)] = m;
+          EXPECT_EQ(forwards, in_order) << K << " " << v << " " << M << " stage " << st;
+          EXPECT_EQ(backwards, in_order) << K << " " << v << " " << M << " stage " << st;
+        }
+      }
+  EXPECT_EQ(interleaved_one_f_one_b(3, 1, 5, Remat::Never).ops, one_f_one_b(3, 5, Remat::Never).ops);
+  EXPECT_DOUBLE_EQ(bubble_fraction(ScheduleKind::Interleaved1F1B, 4, 8, 2), 3.0 / 19.0);
+  try {
+    interleaved_one_f_one_b(2, 2, 3, Remat::Never);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "training.micro_batches: interleaved_1f1b with pipeline.chunks = 2 needs a multiple "
+                           "of the 2 pipeline cells, not 3");
+  }
 }
 
 }  // namespace

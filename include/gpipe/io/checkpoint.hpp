@@ -44,14 +44,15 @@ struct CheckpointInfo {
   std::int64_t epoch_metric_samples = -1;
 };
 
-/// This rank's share: layers [first_layer, first_layer + layer_count) of
-/// `model`, their parameters as one host buffer in layer order (each layer's
-/// tensors in parameter_specs() order), and optimizer state buffers with the
-/// same layout.
+/// This rank's share: the layers `layers` (global indices, increasing; a
+/// rank with several stages holds several ranges) of `model`, their
+/// parameters as one host buffer in layer order (each layer's tensors in
+/// parameter_specs() order), and optimizer state buffers with the same
+/// layout. The file stores every layer on its own, so any partition, stage
+/// map and schedule reads what any other wrote.
 template <class T>
 struct CheckpointShard {
-  int first_layer = 0;
-  int layer_count = 0;
+  std::vector<int> layers;
   std::vector<T> parameters;
   std::vector<std::pair<std::string, std::vector<T>>> optimizer_state;
   /// The layers' non-trainable state (running statistics) in layer order,
@@ -70,8 +71,8 @@ template <class T>
 void write_checkpoint(const std::string& path, const ModelSpec& model, const CheckpointInfo& info,
                       const CheckpointShard<T>& shard, MPI_Comm comm);
 
-/// Reads this rank's layers from `path` into `shard` (whose first_layer,
-/// layer_count and optimizer_state names must be set; buffers are resized).
+/// Reads this rank's layers from `path` into `shard` (whose layers and
+/// optimizer_state names must be set; buffers are resized).
 /// Collective. Checks the format version, the precision, the optimizer
 /// type, the number of layers, each layer's group and each dataset's shape;
 /// throws InputError naming the file, the dataset, and the expected and found

@@ -39,9 +39,10 @@ struct LinkSpec {
 
 struct PipelineSpec {
   std::string balance = "params";   ///< params | flops | time | explicit
-  std::vector<int> counts;          ///< explicit: layers per cell
+  std::vector<int> counts;          ///< explicit: layers per stage (K x chunks entries)
   Remat remat = Remat::Never;
-  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (fill_drain | 1f1b)
+  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (pipeline.schedule)
+  int chunks = 1;                   ///< pipeline.chunks: stages per rank (v; interleaved_1f1b)
   LinkSpec link;                    ///< pipeline.link (off by default)
   /// pipeline.memory_budget: device bytes per rank a layout may need (0 =
   /// no limit); written as a byte size ("512MiB", "2GiB"; train/memory.hpp).

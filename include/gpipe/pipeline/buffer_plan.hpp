@@ -51,7 +51,12 @@ struct BufferPool {
 ///    gradients of the splitting layers 0..L_k-2 (dL/dy of the cell's last
 ///    layer is the micro_batch slot's received gradient). Unused (0 slots)
 ///    by schedules without W ops.
+///  - BatchWeights: without re-materialization the micro_batch and
+///    activations intervals of every micro-batch extend to it (it reads
+///    their kept inputs); its own buffers (SlotBytes::batch_weights) are
+///    allocated once when the stage runs it.
 struct CellBufferPlan {
+  int batch_weights = -1;  ///< op index of the stage's BatchWeights op (-1: none)
   BufferPool micro_batch;
   BufferPool activations;       ///< intervals of kept micro-batches and recomputes
   std::vector<int> forward_slot;  ///< [m] activations slot Forward(m) writes
@@ -59,12 +64,16 @@ struct CellBufferPlan {
   BufferPool weight_grad;
 };
 
-/// The plan of cell `cell` of `schedule`. Slots are assigned greedily in op
-/// order (lowest free slot), which needs exactly the peak number of
-/// overlapping intervals. Throws InputError when the cell's op list does
-/// not run Forward(m) before any other op of m, or runs BackwardWeights(m)
-/// before BackwardInput(m).
-CellBufferPlan plan_buffers(const Schedule& schedule, int cell);
+/// The plan of stage `stage` of `schedule` (global stage index; with one
+/// stage per rank, the cell): its ops are those of rank
+/// schedule.rank_of_stage[stage] naming the stage (all of that rank's when
+/// rank_of_stage is empty), and the op indices above are positions in that
+/// rank's list (so receives are posted between the rank's ops). Slots are
+/// assigned greedily in op order (lowest free slot), which needs exactly the
+/// peak number of overlapping intervals. Throws InputError when the stage's
+/// ops do not run Forward(m) before any other op of m, or run
+/// BackwardWeights(m) before BackwardInput(m).
+CellBufferPlan plan_buffers(const Schedule& schedule, int stage);
 
 /// Bytes of one slot of each pool (micro-batches of the largest size).
 struct SlotBytes {
@@ -73,6 +82,7 @@ struct SlotBytes {
   std::int64_t input_grad = 0;   ///< dL/dinput send buffer (0: not counted)
   std::int64_t fixed = 0;        ///< buffers independent of the schedule (last cell's logits)
   std::int64_t weight_grad = 0;  ///< output gradients kept for the W op (splitting layers 0..L_k-2)
+  std::int64_t batch_weights = 0;  ///< the whole-batch W's stacked buffers (counted when the plan has a BatchWeights op)
 };
 
 /// Bytes the plan allocates: sum over pools of slots x slot bytes, plus fixed.

@@ -24,9 +24,12 @@ enum class ScheduleKind {
   FillDrain,  ///< GPipe: all forwards, then all backwards (Huang et al. 2019, Fig. 2c)
   OneFOneB,   ///< PipeDream-flush 1F1B (Narayanan et al. 2021): at most K - k micro-batches in flight on cell k
   ZeroBubble, ///< ZB-H1 (Qi et al. 2023): backward split into B and W, W ops fill the drain bubble
+  /// Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2): v
+  /// chunks (virtual stages) per rank, stage s on rank s mod K.
+  Interleaved1F1B,
 };
 
-/// Parses "fill_drain" | "1f1b" | "zero_bubble"; throws InputError naming `field`.
+/// Parses "fill_drain" | "1f1b" | "zero_bubble" | "interleaved_1f1b"; throws InputError naming `field`.
 ScheduleKind parse_schedule(const std::string& text, const std::string& field);
 std::string to_string(ScheduleKind kind);
 
@@ -41,9 +44,18 @@ enum class OpKind {
   /// W of a split backward: the parameter gradients of the layers that
   /// split, from the kept layer inputs and output gradients. No communication.
   BackwardWeights,
+  /// Whole-batch W (fill_drain, M > 1): the weight gradients of the stage's
+  /// layers whose Layer::whole_batch_weights() is true, once over the n rows
+  /// of the step (one GEMM instead of M; docs/design.md, "Whole-batch W"),
+  /// after the stage's last Backward; those layers' Backward ops compute only
+  /// dL/dinput and stack dL/dy (and, re-materialized, the input) for it.
+  /// Its micro_batch is that of the stage's last Backward (0 for
+  /// fill_drain), the micro-batch its trace event carries. No communication.
+  BatchWeights,
 };
 
-/// One letter per kind for messages and tests: F, R, B (fused), I (B of a split), W.
+/// One letter per kind for messages and tests: F, R, B (fused), I (B of a
+/// split), W, G (whole-batch W).
 char op_letter(OpKind kind);
 
 struct Op {
@@ -72,7 +84,8 @@ struct Schedule {
 };
 
 /// GPipe fill-drain: every cell runs F(0..M-1), then for m = M-1..0 an
-/// optional Recompute(m) and B(m) (GPipe Fig. 2c).
+/// optional Recompute(m) and B(m) (GPipe Fig. 2c), then, when M > 1, one
+/// BatchWeights op (micro_batch 0): the whole-batch weight gradient.
 Schedule fill_drain(int cells, int micro_batches, Remat remat);
 
 /// PipeDream-flush 1F1B: cell k runs a warm-up of min(M, K - k - 1)
@@ -100,16 +113,42 @@ Schedule one_f_one_b(int cells, int micro_batches, Remat remat);
 /// Re-materialization: Recompute(m) right before I(m).
 Schedule zero_bubble(int cells, int micro_batches, Remat remat);
 
+/// Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, "Efficient
+/// Large-Scale Language Model Training on GPU Clusters", sec. 2.2; the
+/// schedule of Megatron-LM's forward_backward_pipelining_with_interleaving):
+/// K x v stages, stage s on rank s mod K (rank k holds chunks k, k + K, ...).
+/// On each rank the forwards run in groups of K micro-batches per chunk
+/// (virtual micro-batch j: micro-batch (j / (K v)) K + j mod K, chunk
+/// (j / K) mod v), the backwards in the same order with the chunks reversed;
+/// rank k runs a warm-up of min(M v, (K - k - 1) 2 + (v - 1) K) forwards,
+/// then one forward and one backward alternately, then the cool-down
+/// backwards. Idle fraction with balanced stages (K-1)/(v M + K - 1) (the
+/// bubble (K-1)/(v M) of the ideal step). Needs M a multiple of K when v > 1
+/// (throws InputError naming training.micro_batches otherwise); v = 1 is
+/// one_f_one_b. Backwards of each stage run in micro-batch order 0..M-1, as
+/// 1f1b's do (bitwise the same weights). Re-materialization: Recompute right
+/// before each backward.
+Schedule interleaved_one_f_one_b(int cells, int chunks, int micro_batches, Remat remat);
+
 /// Idle fraction of a step of `kind` with balanced cells and, for
 /// zero_bubble, equal F, B and W times: (K-1)/(M+K-1) for fill_drain and
 /// 1f1b; (K-1)/(3M+K-1) for zero_bubble (ZB-H1's bubble (K-1)(T_F+T_B-T_W)
 /// over a step of M(T_F+T_B+T_W) busy time per cell, Qi et al. 2023 sec. 3.1).
-double bubble_fraction(ScheduleKind kind, int cells, int micro_batches);
+/// interleaved_1f1b with v `chunks`: (K-1)/(v M + K - 1).
+double bubble_fraction(ScheduleKind kind, int cells, int micro_batches, int chunks = 1);
 
-/// The training schedule of `kind`.
-Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat);
+/// The training schedule of `kind` (chunks: v for interleaved_1f1b; the
+/// others take 1 and throw InputError naming pipeline.chunks otherwise).
+Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks = 1);
 
 /// Forward-only schedule for evaluation: F(0..M-1) on every cell.
 Schedule forward_only(int cells, int micro_batches);
+/// Forward-only schedule on the stage map of `training` (its cells, stages
+/// and rank_of_stage): each rank runs, for m = 0..M-1, F(m) of each of its
+/// stages in increasing stage order.
+Schedule forward_only(const Schedule& training, int micro_batches);
+
+/// The stages rank `rank` of `schedule` runs, in increasing order.
+std::vector<int> stages_of_rank(const Schedule& schedule, int rank);
 
 }  // namespace gpipe

@@ -31,19 +31,27 @@ class Communicator {
   int size_ = 1;
 };
 
-/// Message tags: micro-batch m's forward activation is 2m, its gradient 2m+1
-/// (computed in 64 bits). Throws PipelineError for a tag above 2^31 - 1;
-/// post_send/post_recv check it against the communicator's MPI_TAG_UB.
+/// Message tags from (stage, micro-batch, direction): across the boundary
+/// between stages `stage` and `stage` + 1 of a pipeline of `stages` stages,
+/// micro-batch m's forward activation is 2 (m stages + stage), its gradient
+/// that + 1 (computed in 64 bits), so two stages of one rank that talk to the
+/// same rank (interleaved chunks, or a stage handing off to the next on its
+/// own rank) never share a tag. Throws PipelineError for a tag above
+/// 2^31 - 1; post_send/post_recv check it against the communicator's MPI_TAG_UB.
+int forward_tag(int micro_batch, int stage, int stages);
+int backward_tag(int micro_batch, int stage, int stages);
+/// One stage boundary (stages = 1): 2m and 2m + 1.
 int forward_tag(int micro_batch);
 int backward_tag(int micro_batch);
 /// The largest tag MPI allows on `comm` (its MPI_TAG_UB attribute; at least
 /// 32767 by the standard, 2^31 - 1 in Open MPI).
 int tag_upper_bound(MPI_Comm comm);
 /// Throws InputError on every rank (the same on all: no communication) if
-/// `micro_batches` micro-batches need a tag above tag_upper_bound(comm):
-/// "training.micro_batches = M: message tags reach 2M - 1 = ..., above this
-/// MPI's MPI_TAG_UB = ...". Pipeline's constructor calls it.
-void check_message_tags(MPI_Comm comm, std::int64_t micro_batches);
+/// `micro_batches` micro-batches over `stages` stages need a tag above
+/// tag_upper_bound(comm): "training.micro_batches = M: message tags reach
+/// 2M - 1 = ..., above this MPI's MPI_TAG_UB = ..." (stages > 1: "... = M
+/// over S stages: message tags reach 2MS - 1 = ..."). Pipeline's constructor calls it.
+void check_message_tags(MPI_Comm comm, std::int64_t micro_batches, std::int64_t stages = 1);
 /// `count` elements as an MPI count (int); throws PipelineError naming `what`
 /// if it exceeds 2^31 - 1 (or is negative).
 int mpi_count(std::int64_t count, const std::string& what);

@@ -1,0 +1,204 @@
+#pragma once
+// A stage: one contiguous layer range of the model's partition into
+// Schedule::stages stages, with its buffers from its buffer plan and its
+// input source and output sink fixed at construction. A Runner
+// (pipeline/runner.hpp) owns one rank's stages and runs their ops.
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "gpipe/layers/factory.hpp"
+#include "gpipe/loss/loss.hpp"
+#include "gpipe/model/partition.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
+#include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/pipeline/schedule.hpp"
+#include "gpipe/pipeline/trace.hpp"
+#include "gpipe/pipeline/transport.hpp"
+
+namespace gpipe {
+
+struct CellOptions {
+  std::int64_t max_batch = 1;  ///< largest mini-batch N any step will see
+  int micro_batches = 1;       ///< M
+  Remat remat = Remat::Never;
+  ScheduleKind schedule = ScheduleKind::FillDrain;  ///< the training schedule
+  int chunks = 1;              ///< v stages per rank (pipeline.chunks; interleaved_1f1b)
+  /// A training schedule to run instead of make_schedule(schedule, K, M,
+  /// remat, chunks) when its cells > 0 (a hand-written or loaded schedule:
+  /// any op lists naming global stages, with its stage map).
+  Schedule custom_schedule;
+  std::uint64_t seed = 0;      ///< initialization and Dropout seed
+  LinkModel link;              ///< emulated link between cells (off by default; the same on every rank)
+  /// The execution-space instance every kernel and copy of the cell runs on;
+  /// the cell fences this instance, never all of Kokkos, before MPI.
+  ExecSpace space{};
+};
+
+/// The training schedule `options` ask for on `cells` ranks:
+/// options.custom_schedule when set, else make_schedule(...). Throws
+/// InputError as make_schedule does.
+Schedule training_schedule(const CellOptions& options, int cells);
+
+/// Where a cell's mini-batch sits in a larger global mini-batch (data
+/// parallelism: each replica trains a shard of it).
+struct BatchPlacement {
+  std::int64_t offset = 0;       ///< global index of the first sample (keys Dropout)
+  std::int64_t global_size = 0;  ///< N of the loss mean, 1/N (0: the cell's own n)
+};
+
+/// Where a stage's input comes from: the mini-batch (stage 0) or a receive
+/// from stage - 1 (on its rank, possibly this one: a self-message).
+enum class StageSource { Batch, Receive };
+/// Where a stage's output goes: the loss (and prediction output; the last
+/// stage) or a send to stage + 1.
+enum class StageSink { Loss, Send };
+
+/// A stage's place in the pipeline, fixed at construction.
+struct StageLinks {
+  int stage = 0;   ///< global stage index
+  int stages = 1;  ///< stages of the pipeline (S)
+  StageSource source = StageSource::Batch;
+  int source_rank = -1;  ///< Receive: the rank of stage - 1
+  StageSink sink = StageSink::Loss;
+  int sink_rank = -1;    ///< Send: the rank of stage + 1
+  /// Emulated link (null: none, or the peer is this rank): the wire towards
+  /// sink_rank (activations) and towards source_rank (gradients).
+  Wire* to_sink = nullptr;
+  Wire* to_source = nullptr;
+};
+
+/// The per-step state a rank's stages share (the Runner's): the batch, its
+/// split, and the bookkeeping of the rank's parameter gradients (indexed by
+/// the rank's local layer index, all its stages' layers in stage order).
+template <class T>
+struct StepState {
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;
+  std::vector<MicroBatch> split;
+  ConstMatrix<T> batch_inputs;
+  Targets<T> batch_targets;
+  Matrix<T> predict_logits;  ///< set during predict(): the last stage's output goes here
+  std::int64_t batch_size = 0;
+  BatchPlacement placement;
+  bool training = false;
+  Tracer* tracer = nullptr;
+  std::vector<bool> writes;  ///< [l] per step: layer l's next gradient pass writes (beta = 0) instead of adding
+  std::vector<bool> final;   ///< [l] per step: layer l's gradients are final
+  int announced = 0;         ///< per step: layers >= announced were passed to gradient_ready
+  std::function<void(int)> gradient_ready;
+  /// ctx for local layer l's parameter-gradient pass, then marks it done.
+  PassContext gradient_context(PassContext ctx, int l);
+  /// Marks local layer l's gradients final for the step and announces, in
+  /// descending layer order, every layer whose gradients and whose higher
+  /// layers' gradients are final.
+  void gradient_final(int l);
+};
+
+/// Stage `links.stage` of a pipeline: layers [partition.first_layer(stage),
+/// +layers.size()) of the model, `partition` over the schedule's stages
+/// (the Runner owns the layers; their local indices on the rank
+/// start at `local_offset`), its buffers the slots of the buffer plan of
+/// stage links.stage in `training` (plan_buffers), allocated here for
+/// micro-batches of up to ceil(max_batch / M) rows; a step allocates nothing.
+/// Collective over nothing; `comm` is the pipeline's communicator. Public
+/// members only (nvcc rule: no KOKKOS_LAMBDA in a private member).
+template <class T>
+class Stage {
+ public:
+  Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Partition& partition, int local_offset,
+        const StageLinks& links, const Schedule& training, MPI_Comm comm, const CellOptions& options,
+        StepState<T>& state);
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  int index() const { return links_.stage; }
+  int first_layer() const { return first_layer_; }
+  int layer_count() const { return int(layers_.size()); }
+  const StageLinks& links() const { return links_; }
+  std::int64_t in_features() const { return in_features_; }
+  std::int64_t out_features() const { return out_features_; }
+  const CellBufferPlan& train_plan() const { return train_plan_; }
+  /// Bytes of activation storage this stage allocates (planned_bytes of its plan).
+  std::int64_t activation_bytes() const { return activation_bytes_; }
+
+  /// Starts a run of a schedule whose plan for this stage is `plan` (it
+  /// must outlive the run).
+  void begin(const CellBufferPlan& plan);
+  /// Posts the receives of micro-batch m (the input from stage - 1; in
+  /// training, the gradient from stage + 1).
+  void post_receives(int m);
+  void forward(int m, bool whole_stage, LossSums& sums);
+  /// Backward (fused) when `split` is false; BackwardInput (B of a split backward) when true.
+  void backward(int m, bool split);
+  void backward_weights(int m);
+  /// The whole-batch W (BatchWeights op).
+  void batch_weights(int m);
+  /// Waits for this stage's sends (end of a run).
+  void wait_sends();
+  /// Cancels and frees every posted operation (a step that threw).
+  void abandon() noexcept;
+
+  ConstMatrix<T> layer_input(int m, int layer) const;
+  Matrix<T> layer_output(int m, int layer) const;
+  SavedView<T> layer_saved(int m, int layer) const;
+  // Emulated link: records the received message's wire event and holds until its arrival.
+  void deliver(const BoundaryBuffer<T>& received, int m);
+
+ private:
+  StageLinks links_;
+  MPI_Comm comm_;
+  int own_rank_ = 0;
+  const CellOptions& options_;
+  StepState<T>& state_;
+  int first_layer_ = 0, local_offset_ = 0;
+  std::vector<Layer<T>*> layers_;
+  CellBufferPlan train_plan_;
+  const CellBufferPlan* plan_ = nullptr;  // the running schedule's plan
+  std::int64_t capacity_ = 0;             // rows per micro-batch buffer
+  std::int64_t in_features_ = 0, out_features_ = 0;
+  int last_backward_ = -1;  // micro-batch of this stage's last Backward or BackwardInput op in training
+  int last_weights_ = -1;   // micro-batch of its last BackwardWeights op (-1: none)
+  std::int64_t activation_bytes_ = 0;
+
+  // Buffers indexed by buffer-plan slot (pipeline/buffer_plan.hpp).
+  std::vector<BoundaryBuffer<T>> inputs_;       // [micro_batch slot] received inputs (source Receive)
+  std::vector<BoundaryBuffer<T>> outputs_;      // [micro_batch slot] stage outputs to send (sink Send)
+  std::vector<BoundaryBuffer<T>> output_grads_; // [micro_batch slot] received dL/doutput (sink Send)
+  std::vector<Matrix<T>> logit_grads_;          // [micro_batch slot] sink Loss: dL/dlogits
+  std::vector<Vector<T>> saved_last_;           // [micro_batch slot] the last layer's saved state
+  std::vector<BoundaryBuffer<T>> input_grads_;  // [input_grad slot] dL/dinput to send (source Receive)
+  std::vector<std::vector<Matrix<T>>> weight_grads_;  // [weight_grad slot][l] dL/dy of splitting layers 0..L-2 kept for W
+  std::vector<bool> splits_;                    // [l] layer l splits its backward (Layer::splits_backward)
+  std::vector<bool> batch_w_;                   // [l] whole-batch W for layer l (the stage runs a BatchWeights op)
+  std::vector<Matrix<T>> batch_dy_;             // [l] (max_batch, out_l): dL/dy of all micro-batches, for batch_w_ layers
+  Vector<T> batch_x_shared_;                    // the batch_x_ storage without re-materialization
+  std::vector<Matrix<T>> batch_x_;              // [l] (max_batch, in_l): the layer inputs, stacked
+  std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L-2
+  std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L-2
+  Matrix<T> logits_;                            // sink Loss: (capacity, classes)
+  Vector<T> grad_ping_, grad_pong_;             // backward temporaries
+  std::unique_ptr<Loss<T>> loss_;               // sink Loss
+  std::vector<int> activation_slot_;            // [m] activations slot m's layers use now
+};
+
+/// Bytes of activation storage stage `stage` of `partition` (over
+/// schedule.stages stages) allocates for its buffer plan in `schedule`
+/// (micro-batches of ceil(max_batch / M) rows of `scalar_bytes`-byte
+/// values; `shapes` from model_shapes): exactly what Stage::activation_bytes()
+/// reports, from the shape pass alone (no Kokkos, no MPI).
+std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                    int stage, const Schedule& schedule, const CellOptions& options,
+                                    std::int64_t scalar_bytes);
+
+/// The bytes the whole-batch W adds to stage_activation_bytes when the
+/// stage runs a BatchWeights op: max_batch x (the output widths of the
+/// stage's whole_batch_weights layers, summed, for their output gradients +
+/// the widest of their inputs, for the stacked input; every input with
+/// re-materialization; stage 0's first layer reads the mini-batch itself)
+/// x scalar_bytes.
+std::int64_t batch_weight_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                int stage, const CellOptions& options, std::int64_t scalar_bytes);
+
+}  // namespace gpipe

@@ -1,0 +1,431 @@
+#include "gpipe/pipeline/stage.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpipe/core/error.hpp"
+
+namespace gpipe {
+
+Schedule training_schedule(const CellOptions& options, int cells) {
+  if (options.custom_schedule.cells > 0) return options.custom_schedule;
+  return make_schedule(options.schedule, cells, options.micro_batches, options.remat, options.chunks);
+}
+
+std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                    int stage, const Schedule& schedule, const CellOptions& options,
+                                    std::int64_t scalar_bytes) {
+  const int M = options.micro_batches;
+  const int first = partition.first_layer(stage), count = partition.counts.at(size_t(stage));
+  const std::int64_t rows = (options.max_batch + M - 1) / M;
+  const auto layer = [&](int l) -> const LayerShape& { return shapes.at(size_t(first + l)); };
+  const auto bytes = [&](std::int64_t r, std::int64_t c) { return r * c * scalar_bytes; };
+  const auto saved = [&](int l) { return layer(l).saved.elements(rows) * scalar_bytes; };
+  const bool last = stage == schedule.stages - 1;
+  const std::int64_t in = layer(0).input.size(), out = layer(count - 1).output.size();
+  // Slot sizes (the gradient buffers are allocated from the same plan but
+  // not counted).
+  SlotBytes slot;
+  slot.micro_batch = bytes(rows, in) + (last ? 0 : bytes(rows, out)) + saved(count - 1);
+  for (int l = 0; l + 1 < count; ++l) slot.activations += bytes(rows, layer(l).output.size()) + saved(l);
+  slot.fixed = last ? bytes(rows, out) : 0;
+  // zero_bubble keeps the output gradient of every split layer (registry
+  // entry splits_backward, as Layer::splits_backward) from its B op to its W op.
+  for (int l = 0; l + 1 < count; ++l)
+    if (layer(l).entry && layer(l).entry->splits_backward) slot.weight_grad += bytes(rows, layer(l).output.size());
+  slot.batch_weights = batch_weight_bytes(shapes, partition, stage, options, scalar_bytes);
+  return planned_bytes(plan_buffers(schedule, stage), slot);
+}
+
+std::int64_t batch_weight_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
+                                int stage, const CellOptions& options, std::int64_t scalar_bytes) {
+  const int first = partition.first_layer(stage), count = partition.counts.at(size_t(stage));
+  std::int64_t outputs = 0, inputs = 0, widest = 0;
+  for (int l = first; l < first + count; ++l) {
+    const LayerShape& s = shapes.at(size_t(l));
+    if (!s.entry || !s.entry->whole_batch_weights) continue;
+    outputs += s.output.size();
+    if (stage == 0 && l == 0) continue;  // reads the mini-batch itself
+    inputs += s.input.size();
+    widest = std::max(widest, s.input.size());
+  }
+  // Without re-materialization the inputs are stacked at W from the kept
+  // activations into one shared buffer; with it each layer keeps its own.
+  return options.max_batch * (outputs + (options.remat == Remat::Never ? widest : inputs)) * scalar_bytes;
+}
+
+template <class T>
+PassContext StepState<T>::gradient_context(PassContext ctx, int l) {
+  ctx.accumulate_gradients = !writes[size_t(l)];
+  writes[size_t(l)] = false;
+  return ctx;
+}
+
+template <class T>
+void StepState<T>::gradient_final(int l) {
+  if (!training || !gradient_ready) return;
+  final[size_t(l)] = true;
+  while (announced > 0 && final[size_t(announced - 1)]) gradient_ready(--announced);
+}
+
+template <class T>
+Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Partition& partition,
+                int local_offset, const StageLinks& links, const Schedule& training, MPI_Comm comm,
+                const CellOptions& options, StepState<T>& state)
+    : links_(links), comm_(comm), options_(options), state_(state), first_layer_(partition.first_layer(links.stage)),
+      local_offset_(local_offset), layers_(std::move(layers)) {
+  MPI_Comm_rank(comm_, &own_rank_);
+  const int M = options.micro_batches;
+  const int count = int(layers_.size());
+  capacity_ = (options.max_batch + M - 1) / M;
+  for (auto* layer : layers_) layer->reserve(capacity_);
+  in_features_ = layers_.front()->in_features();
+  out_features_ = layers_.back()->out_features();
+  const auto rows = capacity_;
+  std::int64_t max_features = in_features_;
+  for (auto* layer : layers_) max_features = std::max(max_features, layer->out_features());
+
+  train_plan_ = plan_buffers(training, links_.stage);
+  const int rank = training.rank_of_stage.at(size_t(links_.stage));
+  for (const Op& op : training.ops.at(size_t(rank))) {
+    if (op.stage != links_.stage) continue;
+    if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) last_backward_ = op.micro_batch;
+    if (op.kind == OpKind::BackwardWeights) last_weights_ = op.micro_batch;
+  }
+  for (auto* layer : layers_) splits_.push_back(layer->splits_backward());
+  const CellBufferPlan& plan = train_plan_;
+  const auto uninitialized = [](const std::string& name) {
+    return Kokkos::view_alloc(Kokkos::WithoutInitializing, name);
+  };
+  const auto saved_buffer = [&](int l, const std::string& name) {
+    const auto elements = layers_[size_t(l)]->saved_size().elements(rows);
+    return elements == 0 ? Vector<T>() : Vector<T>(uninitialized(name), elements);
+  };
+  const bool batch_source = links_.source == StageSource::Batch;
+  const bool loss_sink = links_.sink == StageSink::Loss;
+  // The whole-batch W's buffers (batch_weight_bytes counts the same).
+  const bool whole_batch = plan.batch_weights >= 0;
+  const bool shared_x = options.remat == Remat::Never;
+  std::int64_t widest = 0;
+  for (int l = 0; l < count; ++l) {
+    const auto& layer = *layers_[size_t(l)];
+    batch_w_.push_back(whole_batch && splits_[size_t(l)] && layer.whole_batch_weights());
+    const auto make = [&](const char* what, std::int64_t cols) {
+      return batch_w_.back() ? Matrix<T>(uninitialized(fmt::format("gpipe::Cell::{}[{}]", what, l)),
+                                         options.max_batch, cols)
+                             : Matrix<T>();
+    };
+    batch_dy_.push_back(make("batch_dy", layer.out_features()));
+    const bool own_input = !(l == 0 && batch_source);  // else it reads the mini-batch itself
+    batch_x_.push_back(shared_x || !own_input ? Matrix<T>() : make("batch_x", layer.in_features()));
+    if (batch_w_.back() && own_input) widest = std::max(widest, layer.in_features());
+  }
+  if (shared_x && widest > 0) {
+    batch_x_shared_ = Vector<T>(uninitialized("gpipe::Cell::batch_x"), options.max_batch * widest);
+    for (int l = batch_source ? 1 : 0; l < count; ++l)
+      if (batch_w_[size_t(l)])
+        batch_x_[size_t(l)] = Matrix<T>(batch_x_shared_.data(), options.max_batch, layers_[size_t(l)]->in_features());
+  }
+
+  for (int s = 0; s < plan.micro_batch.slots; ++s) {
+    if (!batch_source)
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space);
+    if (!loss_sink) {
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_, options_.space);
+    } else {
+      logit_grads_.emplace_back(uninitialized(fmt::format("gpipe::Cell::logit_grad[{}]", s)), rows,
+                                out_features_);
+    }
+    saved_last_.push_back(saved_buffer(count - 1, fmt::format("gpipe::Cell::saved_last[{}]", s)));
+  }
+  if (!batch_source)
+    for (int s = 0; s < plan.input_grad.slots; ++s)
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
+  if (loss_sink) {
+    logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
+    loss_ = make_loss<T>(model.loss);
+    loss_->set_execution_space(options_.space);
+    loss_->reserve(rows, out_features_);  // the first step allocates nothing either
+  }
+  weight_grads_.resize(size_t(plan.weight_grad.slots));
+  for (int s = 0; s < plan.weight_grad.slots; ++s)
+    for (int l = 0; l + 1 < count; ++l)
+      weight_grads_[size_t(s)].push_back(
+          splits_[size_t(l)]
+              ? Matrix<T>(uninitialized(fmt::format("gpipe::Cell::weight_grad[{}][{}]", s, l)), rows,
+                          layers_[size_t(l)]->out_features())
+              : Matrix<T>());
+  kept_.resize(size_t(plan.activations.slots));
+  saved_.resize(size_t(plan.activations.slots));
+  for (int s = 0; s < plan.activations.slots; ++s) {
+    for (int l = 0; l + 1 < count; ++l) {
+      kept_[size_t(s)].emplace_back(uninitialized(fmt::format("gpipe::Cell::activation[{}][{}]", s, l)),
+                                    rows, layers_[size_t(l)]->out_features());
+      saved_[size_t(s)].push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", s, l)));
+    }
+  }
+  grad_ping_ = Vector<T>(uninitialized("gpipe::Cell::grad_ping"), rows * max_features);
+  grad_pong_ = Vector<T>(uninitialized("gpipe::Cell::grad_pong"), rows * max_features);
+  const auto shapes = model_shapes(model);
+  activation_bytes_ =
+      stage_activation_bytes(shapes, partition, links_.stage, training, options, std::int64_t(sizeof(T)));
+}
+
+template <class T>
+void Stage<T>::begin(const CellBufferPlan& plan) {
+  plan_ = &plan;
+  activation_slot_.assign(state_.split.size(), -1);
+}
+
+template <class T>
+ConstMatrix<T> Stage<T>::layer_input(int m, int layer) const {
+  const auto& mb = state_.split[size_t(m)];
+  if (layer > 0) return layer_output(m, layer - 1);
+  if (links_.source == StageSource::Receive) return inputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(mb.size);
+  return Kokkos::subview(state_.batch_inputs, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL);
+}
+
+template <class T>
+Matrix<T> Stage<T>::layer_output(int m, int layer) const {
+  const auto n = state_.split[size_t(m)].size;
+  if (layer + 1 == int(layers_.size())) {
+    return links_.sink == StageSink::Loss ? Matrix<T>(logits_.data(), n, out_features_)
+                                          : outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(n);
+  }
+  const Matrix<T>& storage = kept_[size_t(activation_slot_[size_t(m)])][size_t(layer)];
+  return Matrix<T>(storage.data(), n, storage.extent(1));
+}
+
+template <class T>
+SavedView<T> Stage<T>::layer_saved(int m, int layer) const {
+  const Vector<T>& storage =
+      layer + 1 == int(layers_.size())
+          ? saved_last_[size_t(plan_->micro_batch.slot[size_t(m)])]
+          : saved_[size_t(activation_slot_[size_t(m)])][size_t(layer)];
+  return SavedView<T>(storage.data(), storage.extent(0));
+}
+
+template <class T>
+void Stage<T>::post_receives(int m) {
+  const auto rows = state_.split[size_t(m)].size;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  const bool input = links_.source == StageSource::Receive;
+  const bool gradient = state_.training && links_.sink == StageSink::Send;
+  const std::int64_t bytes =
+      rows * std::int64_t(sizeof(T)) * ((input ? in_features_ : 0) + (gradient ? out_features_ : 0));
+  if (bytes == 0) return;
+  const Tracer::Scope receive(state_.tracer, EventKind::Receive, m, bytes);
+  const int S = links_.stages, s = links_.stage;
+  // A stamped receive only from another rank: a self-message crosses no link.
+  if (input)
+    inputs_[slot].post_recv(comm_, links_.source_rank, forward_tag(m, s - 1, S), rows, "forward activation", m,
+                            links_.to_source != nullptr);
+  if (gradient)
+    output_grads_[slot].post_recv(comm_, links_.sink_rank, backward_tag(m, s, S), rows, "gradient", m,
+                                  links_.to_sink != nullptr);
+}
+
+template <class T>
+void Stage<T>::deliver(const BoundaryBuffer<T>& received, int m) {
+  const WireTime& w = received.wire_time();
+  if (w.bytes == 0) return;
+  if (state_.tracer) state_.tracer->record_ns(EventKind::Wire, m, w.sent_ns, w.arrival_ns, w.bytes);
+  if (link_clock_ns() >= w.arrival_ns) return;  // the wire time was hidden
+  const Tracer::Scope hold(state_.tracer, EventKind::LinkWait, m);
+  hold_until(w.arrival_ns);
+}
+
+template <class T>
+void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
+  Tracer* tracer = state_.tracer;
+  const auto& mb = state_.split[size_t(m)];
+  const PassContext ctx{state_.seed, state_.step, state_.placement.offset + mb.offset, state_.training,
+                        !whole_stage, options_.space};
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] =
+      whole_stage ? plan_->forward_slot[size_t(m)] : plan_->activations.slot[size_t(m)];
+  if (links_.source == StageSource::Receive && whole_stage) {
+    {
+      const Tracer::Scope wait(tracer, EventKind::Wait, m);
+      inputs_[slot].wait();
+    }
+    deliver(inputs_[slot], m);
+  }
+  const bool send = links_.sink == StageSink::Send;
+  if (send && whole_stage && outputs_[slot].pending()) {  // the slot's previous send
+    const Tracer::Scope wait(tracer, EventKind::Wait, m);
+    outputs_[slot].wait();
+  }
+  {
+    const Tracer::Scope compute(tracer, whole_stage ? EventKind::Forward : EventKind::Recompute, m);
+    const int count = whole_stage ? int(layers_.size()) : int(layers_.size()) - 1;
+    for (int l = 0; l < count; ++l)
+      layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
+    if (!whole_stage) return;  // a recompute stops before the stage output
+    if (!send) {
+      const Matrix<T> out = layer_output(m, int(layers_.size()) - 1);
+      if (state_.predict_logits.extent(0) > 0) {
+        Kokkos::deep_copy(options_.space,
+                          Kokkos::subview(state_.predict_logits, std::make_pair(mb.offset, mb.offset + mb.size),
+                                          Kokkos::ALL),
+                          out);
+        return;
+      }
+      const Targets<T> targets = state_.batch_targets.rows(mb.offset, mb.size);
+      const Matrix<T> dlogits =
+          state_.training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
+      const std::int64_t N = state_.placement.global_size > 0 ? state_.placement.global_size : state_.batch_size;
+      sums += loss_->evaluate(out, targets, T(1.0 / double(N)), dlogits);
+      return;
+    }
+  }
+  const Tracer::Scope sending(tracer, EventKind::Send, m, mb.size * out_features_ * std::int64_t(sizeof(T)));
+  outputs_[slot].post_send(comm_, links_.sink_rank, forward_tag(m, links_.stage, links_.stages), mb.size,
+                           links_.to_sink);
+}
+
+template <class T>
+void Stage<T>::backward(int m, bool split) {
+  Tracer* tracer = state_.tracer;
+  const auto n = state_.split[size_t(m)].size;
+  const auto offset = state_.split[size_t(m)].offset;
+  const PassContext ctx{state_.seed, state_.step, state_.placement.offset + offset, true, false, options_.space};
+  const bool final_gradients = state_.training && m == last_backward_;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
+  ConstMatrix<T> dy;
+  if (links_.sink == StageSink::Loss) {
+    dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
+  } else {
+    {
+      const Tracer::Scope wait(tracer, EventKind::Wait, m);
+      output_grads_[slot].wait();
+    }
+    deliver(output_grads_[slot], m);
+    dy = output_grads_[slot].rows(n);
+  }
+  const bool send = links_.source == StageSource::Receive;
+  BoundaryBuffer<T>* input_grad = send ? &input_grads_[size_t(plan_->input_grad.slot[size_t(m)])] : nullptr;
+  if (input_grad && input_grad->pending()) {  // the slot's previous send (its receive is posted)
+    const Tracer::Scope wait(tracer, EventKind::Wait, m);
+    input_grad->wait();
+  }
+  {
+    const Tracer::Scope compute(tracer, split ? EventKind::BackwardInput : EventKind::Backward, m);
+    const int count = int(layers_.size());
+    for (int l = count - 1; l >= 0; --l) {
+      const int local = local_offset_ + l;
+      Matrix<T> dx;
+      if (l > 0 && split && splits_[size_t(l - 1)]) {  // layer l-1's dL/dy, kept for its W op
+        const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l - 1)];
+        dx = Matrix<T>(kept.data(), n, kept.extent(1));
+      } else if (l > 0 && batch_w_[size_t(l - 1)]) {  // layer l-1's dL/dy, stacked for the whole-batch W
+        const Matrix<T>& stacked = batch_dy_[size_t(l - 1)];
+        dx = Matrix<T>(stacked.data() + offset * std::int64_t(stacked.extent(1)), n, stacked.extent(1));
+      } else if (l > 0) {
+        T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
+        dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
+      } else if (send) {
+        dx = input_grad->rows(n);
+      }
+      if (split) {
+        const PassContext c = splits_[size_t(l)] ? ctx : state_.gradient_context(ctx, local);
+        layers_[size_t(l)]->backward_input(c, layer_input(m, l), dy, dx, layer_saved(m, l));
+        if (final_gradients && !splits_[size_t(l)]) state_.gradient_final(local);
+      } else if (batch_w_[size_t(l)]) {  // B now, W over the whole batch in the BatchWeights op
+        const auto rows = std::make_pair(offset, offset + n);
+        if (l + 1 == count) Kokkos::deep_copy(options_.space, Kokkos::subview(batch_dy_[size_t(l)], rows, Kokkos::ALL), dy);
+        if (options_.remat != Remat::Never && batch_x_[size_t(l)].extent(0) > 0)  // recomputed: gone before W
+          Kokkos::deep_copy(options_.space, Kokkos::subview(batch_x_[size_t(l)], rows, Kokkos::ALL), layer_input(m, l));
+        layers_[size_t(l)]->backward_input(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+      } else {
+        layers_[size_t(l)]->backward(state_.gradient_context(ctx, local), layer_input(m, l), dy, dx,
+                                     layer_saved(m, l));
+        if (final_gradients) state_.gradient_final(local);
+      }
+      dy = dx;
+    }
+  }
+  if (send) {
+    const Tracer::Scope sending(tracer, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
+    input_grad->post_send(comm_, links_.source_rank, backward_tag(m, links_.stage - 1, links_.stages), n,
+                          links_.to_source);
+  }
+}
+
+template <class T>
+void Stage<T>::batch_weights(int m) {
+  const int count = int(layers_.size());
+  if (std::none_of(batch_w_.begin(), batch_w_.end(), [](bool b) { return b; })) return;
+  const PassContext ctx{state_.seed, state_.step, state_.placement.offset, true, false, options_.space};
+  const std::int64_t n = state_.batch_size;
+  const Tracer::Scope compute(state_.tracer, EventKind::BackwardWeights, m);
+  for (int l = count - 1; l >= 0; --l) {
+    if (!batch_w_[size_t(l)]) continue;
+    ConstMatrix<T> x;
+    if (l == 0 && links_.source == StageSource::Batch) {
+      x = Kokkos::subview(state_.batch_inputs, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    } else {  // the micro-batches' inputs, stacked in micro-batch order
+      const Matrix<T>& stacked = batch_x_[size_t(l)];
+      if (options_.remat == Remat::Never)  // stacked at B otherwise
+        for (int k = 0; k < int(state_.split.size()); ++k) {
+          const auto& mb = state_.split[size_t(k)];
+          Kokkos::deep_copy(options_.space,
+                            Kokkos::subview(stacked, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL),
+                            layer_input(k, l));
+        }
+      x = Kokkos::subview(stacked, std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    }
+    const ConstMatrix<T> dy = Kokkos::subview(batch_dy_[size_t(l)], std::make_pair(std::int64_t(0), n), Kokkos::ALL);
+    layers_[size_t(l)]->backward_weights(state_.gradient_context(ctx, local_offset_ + l), x, dy, SavedView<T>());
+    state_.gradient_final(local_offset_ + l);
+  }
+}
+
+template <class T>
+void Stage<T>::backward_weights(int m) {
+  const auto n = state_.split[size_t(m)].size;
+  const PassContext ctx{state_.seed, state_.step, state_.placement.offset + state_.split[size_t(m)].offset, true,
+                        false, options_.space};
+  const bool final_gradients = state_.training && m == last_weights_;
+  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
+  activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
+  const Tracer::Scope compute(state_.tracer, EventKind::BackwardWeights, m);
+  const int count = int(layers_.size());
+  for (int l = count - 1; l >= 0; --l) {
+    if (!splits_[size_t(l)]) continue;
+    ConstMatrix<T> dy;
+    if (l + 1 < count) {
+      const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l)];
+      dy = Matrix<T>(kept.data(), n, kept.extent(1));
+    } else if (links_.sink == StageSink::Loss) {
+      dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
+    } else {
+      dy = output_grads_[slot].rows(n);  // waited for by the B op
+    }
+    layers_[size_t(l)]->backward_weights(state_.gradient_context(ctx, local_offset_ + l), layer_input(m, l), dy,
+                                         layer_saved(m, l));
+    if (final_gradients) state_.gradient_final(local_offset_ + l);
+  }
+}
+
+template <class T>
+void Stage<T>::wait_sends() {
+  for (auto& b : outputs_) b.wait();
+  for (auto& b : input_grads_) b.wait();
+}
+
+template <class T>
+void Stage<T>::abandon() noexcept {
+  for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})
+    for (auto& b : *buffers) b.cancel();
+}
+
+template struct StepState<float>;
+template struct StepState<double>;
+template class Stage<float>;
+template class Stage<double>;
+
+}  // namespace gpipe
