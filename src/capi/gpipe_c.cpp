@@ -156,14 +156,14 @@ gpipe_status check_train_arguments(const gpipe_trainer* trainer, const int32_t* 
   // (token_cross_entropy): one per token, n x T, in [0, vocabulary).
   const std::int64_t per = std::max<std::int64_t>(d.model.labels_per_sample(), 1);
   const std::int64_t classes = d.model.vocabulary();
-  const char* what = d.model.loss.tokens() ? "the vocabulary" : "the classes";
+  const std::string what = d.model.loss.tokens() ? " (the vocabulary)" : "";
   for (int64_t i = 0; i < n * per; ++i)
     if (labels[i] < 0 || labels[i] >= classes)
       return fail(GPIPE_ERROR_INPUT,
                   "gpipe_train_step: labels[" + std::to_string(i) + "] = " + std::to_string(labels[i]) +
                       (per > 1 ? " (sample " + std::to_string(i / per) + ", token " + std::to_string(i % per) + ")"
                                : std::string()) +
-                      " is outside [0, " + std::to_string(classes) + ") (" + what + ")");
+                      " is outside [0, " + std::to_string(classes) + ")" + what);
   return GPIPE_OK;
 }
 
