@@ -25,6 +25,7 @@
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/parallel/grid.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
+#include "gpipe/train/memory.hpp"
 #include "gpipe/train/plan.hpp"
 #include "gpipe/predict/predict.hpp"
 #include "gpipe/predict/sweep.hpp"
@@ -150,7 +151,17 @@ nlohmann::json to_json(const gpipe::Prediction& p) {
                           {"peak_micro_batches", c.peak_micro_batches},
                           {"activation_bytes", c.activation_bytes},
                           {"parameter_bytes", c.parameter_bytes},
-                          {"memory_bytes", c.memory_bytes}});
+                          {"memory_bytes", c.memory_bytes},
+                          {"memory", {{"parameters", c.memory.parameters},
+                                      {"gradients", c.memory.gradients},
+                                      {"layer_state", c.memory.layer_state},
+                                      {"optimizer", c.memory.optimizer},
+                                      {"activations", c.memory.activations},
+                                      {"gradient_buffers", c.memory.gradient_buffers},
+                                      {"workspaces", c.memory.workspaces},
+                                      {"staging", c.memory.staging},
+                                      {"reduction", c.memory.reduction},
+                                      {"transient", c.memory.transient}}}});
   return j;
 }
 
@@ -361,10 +372,28 @@ int main(int argc, char** argv) {
       return 0;
     }
     const gpipe::Prediction p = gpipe::predict(deck, o.ranks, options);
-    if (o.json)
-      std::cout << to_json(p).dump(2) << "\n";
-    else
+    // pipeline.memory_budget: whether every rank fits (the run would refuse otherwise).
+    std::string over;
+    try {
+      gpipe::check_memory_budget([&] {
+        std::vector<gpipe::CellMemory> m;
+        for (const auto& c : p.cells_detail) m.push_back(c.memory);
+        return m;
+      }(), deck.pipeline.memory_budget, gpipe::grid_shape(deck, o.ranks));
+    } catch (const gpipe::InputError& e) {
+      over = e.what();
+    }
+    if (o.json) {
+      auto j = to_json(p);
+      j["memory_budget_bytes"] = deck.pipeline.memory_budget > 0 ? nlohmann::json(deck.pipeline.memory_budget) : nullptr;
+      j["fits_memory_budget"] = over.empty();
+      std::cout << j.dump(2) << "\n";
+    } else {
       print_prediction(p, options.network);
+      if (deck.pipeline.memory_budget > 0)
+        fmt::print("  pipeline.memory_budget {} per rank: {}\n", gpipe::format_bytes(deck.pipeline.memory_budget),
+                   over.empty() ? "every rank fits" : over);
+    }
   } catch (const gpipe::InputError& e) {
     std::cerr << "gpipe-plan: error: " << e.what() << "\n";
     return kExitInputError;

@@ -32,6 +32,7 @@
 #include "gpipe/config.hpp"
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/memory.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
@@ -41,6 +42,7 @@
 #include "gpipe/train/restart.hpp"
 #include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
+#include "gpipe/train/memory.hpp"
 #include "gpipe/train/plan.hpp"
 #include "gpipe/train/stop_signal.hpp"
 #include "run_record.hpp"
@@ -264,8 +266,11 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                      const std::vector<std::int64_t>& bytes, const gpipe::Dataset& train,
                      const gpipe::Dataset& test) {
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
-  gpipe::app::print_partition_table(
-      deck, {pipeline.grid(), pipeline.partition(), pipeline.costs(), unit, bytes});
+  std::vector<std::int64_t> memory;
+  for (const auto& c : gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas))
+    memory.push_back(c.total());
+  gpipe::app::print_partition_table(deck, {pipeline.grid(), pipeline.partition(), pipeline.costs(), unit, bytes,
+                                           memory, deck.pipeline.memory_budget});
   fmt::print("  train {} samples ({}), test {} samples\n", train.samples, train.name, test.samples);
   warn_bubble(deck, pipeline.grid().cells);
 }
@@ -311,10 +316,22 @@ int check_deck(const Options& options, bool print) {
     if (print) std::cerr << "gpipe-train: error: " << error << "\n";
     return kExitInputError;
   }
-  if (!print) return 0;
-  gpipe::app::print_partition_table(
-      deck, {plan.grid, plan.partition, plan.costs, plan.cost_unit, plan.activation_bytes});
+  std::string over_budget;  // the run would refuse this layout: --check does too, after showing it
+  try {
+    gpipe::check_memory_budget(plan.memory, deck.pipeline.memory_budget, plan.grid);
+  } catch (const gpipe::InputError& e) {
+    over_budget = e.what();
+  }
+  if (!print) return over_budget.empty() ? 0 : kExitInputError;
+  std::vector<std::int64_t> memory;
+  for (const auto& c : plan.memory) memory.push_back(c.total());
+  gpipe::app::print_partition_table(deck, {plan.grid, plan.partition, plan.costs, plan.cost_unit,
+                                           plan.activation_bytes, memory, deck.pipeline.memory_budget});
   warn_bubble(deck, plan.grid.cells);
+  if (!over_budget.empty()) {
+    std::cerr << "gpipe-train: error: " << over_budget << "\n";
+    return kExitInputError;
+  }
   if (plan.time_balance_approximated)
     fmt::print("  pipeline.balance = time measures every layer when training starts; shown: the "
                "flops partition\n");
@@ -412,6 +429,49 @@ nlohmann::json metrics_json(const gpipe::RegressionMetrics& m) {
           {"rmse_per_output", m.rmse}, {"mae_per_output", m.mae}, {"r2_per_output", m.r2}};
 }
 
+// The summary's "memory" (docs/file-formats.md): per rank, the model's
+// device bytes (train/memory.hpp) and the measured high-water mark of Kokkos
+// allocations in the device memory space (core/memory.hpp; null when a
+// Kokkos Tools library owns the callbacks), and the peak RSS. Collective
+// over MPI_COMM_WORLD; the result is complete on rank 0.
+template <class T>
+nlohmann::json memory_report(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto cells = gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas);
+  const auto& c = cells.at(size_t(pipeline.grid().cell_of(rank)));
+  const std::string space = gpipe::memory::device_space_name();
+  const long long mine[3] = {gpipe::memory::tracking() ? (long long)gpipe::memory::peak_bytes(space) : -1LL,
+                             (long long)gpipe::memory::peak_rss_bytes(), (long long)c.total()};
+  std::vector<long long> all(size_t(3 * ranks));
+  MPI_Gather(mine, 3, MPI_LONG_LONG, all.data(), 3, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  nlohmann::json j;
+  j["device_space"] = space;
+  j["budget_bytes"] = deck.pipeline.memory_budget > 0 ? nlohmann::json(deck.pipeline.memory_budget) : nullptr;
+  j["predicted_bytes_per_rank"] = nlohmann::json::array();
+  j["peak_device_bytes_per_rank"] = nlohmann::json::array();
+  j["peak_rss_bytes_per_rank"] = nlohmann::json::array();
+  double worst = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const long long peak = all[size_t(3 * r)], rss = all[size_t(3 * r + 1)], predicted = all[size_t(3 * r + 2)];
+    j["predicted_bytes_per_rank"].push_back(predicted);
+    j["peak_device_bytes_per_rank"].push_back(peak >= 0 ? nlohmann::json(peak) : nullptr);
+    j["peak_rss_bytes_per_rank"].push_back(rss);
+    if (peak > 0) worst = std::max(worst, std::abs(double(predicted) - double(peak)) / double(peak));
+  }
+  j["prediction_error"] = mine[0] >= 0 ? nlohmann::json(worst) : nullptr;
+  nlohmann::json terms = nlohmann::json::array();
+  for (const auto& m : cells)
+    terms.push_back({{"parameters", m.parameters}, {"gradients", m.gradients}, {"layer_state", m.layer_state},
+                     {"optimizer", m.optimizer}, {"activations", m.activations},
+                     {"gradient_buffers", m.gradient_buffers}, {"workspaces", m.workspaces},
+                     {"staging", m.staging}, {"reduction", m.reduction}, {"transient", m.transient},
+                     {"total", m.total()}});
+  j["predicted_per_cell"] = terms;
+  return j;
+}
+
 template <class T>
 nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline,
                        const std::vector<std::int64_t>& bytes,
@@ -420,7 +480,8 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
                        const nlohmann::json& run, const gpipe::Dataset& train_set,
                        const gpipe::Dataset& test_set,
                        const std::map<std::int64_t, nlohmann::json>& earlier,
-                       const std::vector<std::int64_t>& boundary_bytes) {
+                       const std::vector<std::int64_t>& boundary_bytes,
+                       const nlohmann::json& memory) {
   const auto& p = pipeline.partition();
   const int K = pipeline.grid().cells, M = deck.training.micro_batches;
   nlohmann::json j;
@@ -473,6 +534,7 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
       j["loss_scale_overflows"] = pipeline.loss_scaler().overflows();
     }
   }
+  j["memory"] = memory;
   // The samples each epoch trains (a last batch smaller than D x M is not).
   j["train_samples"] = train_set.samples - pipeline.untrained_per_epoch(train_set.samples);
   j["untrained_samples_per_epoch"] = pipeline.untrained_per_epoch(train_set.samples);
@@ -677,6 +739,17 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
                  pipeline->skipped_steps());
 
   const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
+  const nlohmann::json memory = memory_report(deck, *pipeline);
+  if (root && !options.quiet) {
+    long long peak = 0, predicted = 0, rss = 0;
+    for (const auto& b : memory["peak_device_bytes_per_rank"]) peak = std::max(peak, b.is_null() ? 0LL : b.get<long long>());
+    for (const auto& b : memory["predicted_bytes_per_rank"]) predicted = std::max(predicted, b.get<long long>());
+    for (const auto& b : memory["peak_rss_bytes_per_rank"]) rss = std::max(rss, b.get<long long>());
+    fmt::print("memory per rank (largest): predicted {} ({} bytes), measured peak {} ({} bytes) in {} space, peak "
+               "RSS {}\n",
+               gpipe::format_bytes(predicted), predicted, memory["peak_device_bytes_per_rank"][0].is_null() ? "n/a" : gpipe::format_bytes(peak), peak,
+               std::string(memory["device_space"]), gpipe::format_bytes(rss));
+  }
   if (root && !deck.trace.file.empty()) {
     gpipe::TraceHeader header;
     header.ranks = ranks;
@@ -700,7 +773,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (stopped_by != 0) {
     if (root && !options.summary.empty())
       write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                                train_set, test_set, earlier, boundary).dump(2) + "\n");
+                                                train_set, test_set, earlier, boundary, memory).dump(2) + "\n");
     if (root)
       std::cerr << fmt::format("gpipe-train: stopped by {} after step {}: checkpoint {} written; "
                                "continue with --restart latest (exit status {})\n",
@@ -715,7 +788,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   }
   if (root && !options.summary.empty()) {
     write_atomically(options.summary, summary(deck, *pipeline, bytes, reports, trace, seconds, run,
-                                              train_set, test_set, earlier, boundary).dump(2) + "\n");
+                                              train_set, test_set, earlier, boundary, memory).dump(2) + "\n");
     if (!options.quiet) fmt::print("summary written to {}\n", options.summary);
   }
   return 0;
@@ -804,6 +877,9 @@ int main(int argc, char** argv) {
 
   const auto runtime = gpipe::app::start_runtime("gpipe-train", argc, argv);
   if (!runtime) return kExitRuntimeError;
+  // Device memory high-water mark for the summary, unless a Kokkos Tools
+  // library owns the allocation callbacks (core/memory.hpp).
+  if (!std::getenv("KOKKOS_PROFILE_LIBRARY") && !std::getenv("KOKKOS_TOOLS_LIBS")) gpipe::memory::start_tracking();
   gpipe::install_stop_handlers();  // SIGTERM / SIGUSR1: finish the step, checkpoint, exit 75
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -29,10 +29,19 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
   fmt::print("  input shape {}\n", deck.model.input_shape().str());
   for (int k = 0; k < S; ++k) {  // one stage per cell, or K x pipeline.chunks stages, stage k on cell k mod K
     const int first = p.first_layer(k), count = p.counts[size_t(k)];
+    const std::string memory =
+        size_t(k) < t.memory_bytes.size()
+            ? fmt::format(", memory {} ({} bytes){}", format_bytes(t.memory_bytes[size_t(k)]), t.memory_bytes[size_t(k)],
+                          t.memory_budget > 0
+                              ? fmt::format(" of the budget {} ({:.1f}%{})", format_bytes(t.memory_budget),
+                                            100.0 * double(t.memory_bytes[size_t(k)]) / double(t.memory_budget),
+                                            t.memory_bytes[size_t(k)] > t.memory_budget ? ", OVER" : "")
+                              : std::string())
+            : std::string();
     if (S == K)
-      fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB\n", k,
+      fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB{}\n", k,
                  first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
-                 double(t.activation_bytes[size_t(k)]) / (1 << 20));
+                 double(t.activation_bytes[size_t(k)]) / (1 << 20), memory);
     else
       fmt::print("  stage {} on cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), cell activations {:.2f} MiB\n",
                  k, k % K, first, first + count - 1, count, costs[size_t(k)], t.cost_unit,

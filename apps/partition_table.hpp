@@ -20,6 +20,10 @@ struct PartitionTable {
   std::vector<double> costs;
   std::string cost_unit;
   std::vector<std::int64_t> activation_bytes;
+  /// Per cell: the device bytes a rank needs (train/memory.hpp), shown
+  /// against the budget (pipeline.memory_budget, 0: none).
+  std::vector<std::int64_t> memory_bytes;
+  std::int64_t memory_budget = 0;
 };
 
 /// Prints the run line ("gpipe-train: 2 ranks (cells), ..."), the input

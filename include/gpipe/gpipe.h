@@ -87,7 +87,9 @@ gpipe_status gpipe_dimensions(const gpipe_trainer* trainer, int64_t* input_featu
 
 /* One synchronous training step (all micro-batches, one optimizer update) on
  * n samples: inputs (n, input_features) float32, labels (n) int32 in
- * [0, classes). n <= max_batch, n >= D x the deck's micro_batches (D = 1
+ * [0, classes) — for a language model (model.loss token_cross_entropy)
+ * one label per token, (n, T) int32 in [0, vocabulary), T = input_features
+ * (the next token of each position). n <= max_batch, n >= D x the deck's micro_batches (D = 1
  * unless the deck's parallel section makes replicas; the global batch is
  * split into D shards). Every rank passes the same n and samples: a checksum
  * of inputs and labels is compared over the trainer's communicator (one

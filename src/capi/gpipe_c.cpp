@@ -153,12 +153,18 @@ gpipe_status check_train_arguments(const gpipe_trainer* trainer, const int32_t* 
                                        ": pass float targets with gpipe_train_step_targets");
   const std::string bad = check_step_size(trainer, n, "gpipe_train_step");
   if (!bad.empty()) return fail(GPIPE_ERROR_INPUT, bad);
-  const std::int64_t classes = d.model.classes();
-  for (int64_t i = 0; i < n; ++i)
+  // One label per sample, in [0, classes); a language model
+  // (token_cross_entropy): one per token, n x T, in [0, vocabulary).
+  const std::int64_t per = std::max<std::int64_t>(d.model.labels_per_sample(), 1);
+  const std::int64_t classes = d.model.vocabulary();
+  const std::string what = d.model.loss.tokens() ? " (the vocabulary)" : "";
+  for (int64_t i = 0; i < n * per; ++i)
     if (labels[i] < 0 || labels[i] >= classes)
-      return fail(GPIPE_ERROR_INPUT, "gpipe_train_step: labels[" + std::to_string(i) + "] = " +
-                                         std::to_string(labels[i]) + " is outside [0, " +
-                                         std::to_string(classes) + ")");
+      return fail(GPIPE_ERROR_INPUT,
+                  "gpipe_train_step: labels[" + std::to_string(i) + "] = " + std::to_string(labels[i]) +
+                      (per > 1 ? " (sample " + std::to_string(i / per) + ", token " + std::to_string(i % per) + ")"
+                               : std::string()) +
+                      " is outside [0, " + std::to_string(classes) + ")" + what);
   return GPIPE_OK;
 }
 
@@ -319,7 +325,8 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
         const auto& d = trainer->deck;
         const gpipe_status same = check_same_batch(
             inputs, std::size_t(n * d.model.input_features) * sizeof(float), labels,
-            std::size_t(n) * sizeof(int32_t), "labels", n, comm_of(trainer), "gpipe_train_step");
+            std::size_t(n * std::max<std::int64_t>(d.model.labels_per_sample(), 1)) * sizeof(int32_t), "labels", n,
+            comm_of(trainer), "gpipe_train_step");
         if (same != GPIPE_OK) return same;
         std::visit(
             [&](auto& t) {

@@ -1,6 +1,8 @@
 #include "gpipe/io/deck.hpp"
 
 #include <fmt/format.h>
+
+#include <regex>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -35,7 +37,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
       {"optimizer",
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule", "warmup_steps",
         "clip_norm"}},
-      {"pipeline", {"balance", "remat", "schedule", "schedule_file", "chunks", "link"}},
+      {"pipeline", {"balance", "remat", "schedule", "schedule_file", "chunks", "link", "memory_budget"}},
       {"pipeline.link", {"latency_us", "bandwidth_gbps"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
@@ -56,6 +58,7 @@ struct Domain {
   bool low_open = false, high_open = false, bounded_above = false;
   std::vector<std::string> choices;   // Choice
   bool empty_allowed = false;         // Text: "" is a valid value
+  std::string description;            // Text: what describe() says instead of "a path"
 
   std::string describe() const {
     switch (kind) {
@@ -77,7 +80,9 @@ struct Domain {
         return out;
       }
       case Boolean: return "true or false";
-      case Text: return empty_allowed ? "a path (\"\" for none)" : "a non-empty path";
+      case Text:
+        if (!description.empty()) return description;
+        return empty_allowed ? "a path (\"\" for none)" : "a non-empty path";
     }
     return "";
   }
@@ -165,6 +170,8 @@ const std::map<std::string, Domain>& domains() {
     t["pipeline.schedule"] = choice({"fill_drain", "1f1b", "zero_bubble", "interleaved_1f1b", "zb_v", "dualpipe_v"});
     t["pipeline.schedule_file"] = text(true);
     t["pipeline.chunks"] = integer(1, 1024);
+    t["pipeline.memory_budget"] = text(false);  // a byte size: parse_byte_size
+    t["pipeline.memory_budget"].description = "a byte size such as 512MiB or 2GiB";
     t["pipeline.link.latency_us"] = number(0, false);
     t["pipeline.link.bandwidth_gbps"] = number(0, true);
     t["parallel.cells"] = integer(0, kIntMax);
@@ -527,6 +534,9 @@ PipelineSpec read_pipeline(const Section& p) {
   pipeline.schedule = parse_schedule(p.value<std::string>("schedule", "fill_drain"), "pipeline.schedule");
   pipeline.schedule_file = p.value<std::string>("schedule_file", "");
   pipeline.chunks = p.value<int>("chunks", 1);
+  if (p.has("memory_budget"))
+    pipeline.memory_budget = parse_byte_size(p.value<std::string>("memory_budget", ""),
+                                             p.where(p.raw("memory_budget")) + ": pipeline.memory_budget");
   if (p.has("link")) {
     const YAML::Node n = p.raw("link");
     if (!n.IsMap())
@@ -700,6 +710,39 @@ Deck load_model_deck(const std::string& path, const std::vector<std::string>& ov
   std::stringstream text;
   text << in.rdbuf();
   return parse_model_deck(text.str(), path, overrides);
+}
+
+std::int64_t parse_byte_size(const std::string& text, const std::string& field) {
+  static const std::regex pattern(R"(^\s*([0-9]+(\.[0-9]+)?)\s*([A-Za-z]*)\s*$)");
+  std::smatch m;
+  const auto fail = [&](const std::string& why) {
+    return InputError(fmt::format("{}: expected a byte size such as 512MiB, 2GiB or 800MB (units B, KiB, MiB, "
+                                  "GiB, TiB, kB, MB, GB, TB), got '{}'{}",
+                                  field, text, why.empty() ? "" : " (" + why + ")"));
+  };
+  if (!std::regex_match(text, m, pattern)) throw fail("");
+  const double value = std::strtod(m[1].str().c_str(), nullptr);
+  const std::string unit = m[3].str();
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},           {"B", 1},          {"KiB", 1024.0},      {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"kB", 1e3}, {"KB", 1e3},          {"MB", 1e6},        {"GB", 1e9},
+      {"TB", 1e12}};
+  const auto it = std::find_if(units.begin(), units.end(), [&](const auto& u) { return u.first == unit; });
+  if (it == units.end()) throw fail(fmt::format("unknown unit '{}'", unit));
+  if (unit.empty() || unit == "B")
+    if (m[2].matched) throw fail("a number of bytes must be an integer");
+  const double bytes = value * it->second;
+  if (!(bytes >= 1)) throw fail("it must be at least 1 byte");
+  if (bytes > 9.0e18) throw fail("more than 2^63 bytes");
+  return std::int64_t(std::llround(bytes));
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const double b = double(bytes);
+  if (b >= double(1LL << 30)) return fmt::format("{:.2f} GiB", b / double(1LL << 30));
+  if (b >= double(1 << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
+  if (b >= 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  return fmt::format("{} B", bytes);
 }
 
 }  // namespace gpipe

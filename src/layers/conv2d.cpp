@@ -192,6 +192,20 @@ LayerEntry conv_entry(const char* name) {
     return SavedSize{kernels::conv2d_saved_per_sample(conv_shape(c, in), kernels::conv2d_implementation<float>()),
                      0};
   };
+  // The kernel's workspace (kernels/conv_*.cpp): portable, the columns of
+  // a micro-batch (n taps, pixels) and the weight-gradient sum (F, taps);
+  // oneDNN, the weight and bias gradients of a micro-batch that
+  // accumulates (every micro-batch after the first).
+  e.workspace = [](const LayerConfig& base, const Shape& in, std::int64_t rows, int scalar_bytes,
+                   int micro_batches) {
+    const auto& c = static_cast<const Conv2dConfig&>(base);
+    const kernels::ConvShape s = conv_shape(c, in);
+    const std::int64_t b = scalar_bytes;
+    if (kernels::implementation(kernels::Primitive::conv2d, scalar_bytes) == kernels::Implementation::portable)
+      return std::vector<std::int64_t>{s.filters * s.taps() * b, rows * s.taps() * s.pixels() * b};
+    if (micro_batches > 1) return std::vector<std::int64_t>{s.filters * s.taps() * b, s.filters * b};
+    return std::vector<std::int64_t>{};
+  };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
                bool input_gradient) {
     const auto& c = static_cast<const Conv2dConfig&>(base);

@@ -14,9 +14,19 @@ template <class T>
 LayerNorm<T>::LayerNorm(const LayerShape& shape)
     : Layer<T>(shape), eps_(shape.spec.as<LayerNormConfig>().eps) {}
 
+namespace {
+// Tokens per sample: an input (tokens, width) is normalized per token.
+std::int64_t tokens_of(const Shape& in) { return in.rank() == 2 ? in[0] : 1; }
+}  // namespace
+
+template <class T>
+std::int64_t LayerNorm<T>::width() const {
+  return this->in_features() / tokens_of(this->input_shape());
+}
+
 template <class T>
 void LayerNorm<T>::bind(T* values, T* gradients) {
-  const auto f = this->in_features();
+  const auto f = width();
   gamma_ = Unmanaged(values, f);
   beta_ = Unmanaged(values + f, f);
   gamma_grad_ = Unmanaged(gradients, f);
@@ -29,7 +39,7 @@ void LayerNorm<T>::initialize(std::uint64_t) {
   auto b = beta_;
   // instance: default (Layer::initialize takes no instance: construction, before any step)
   Kokkos::parallel_for(
-      "gpipe::LayerNorm::initialize", Kokkos::RangePolicy<ExecSpace>(0, this->in_features()),
+      "gpipe::LayerNorm::initialize", Kokkos::RangePolicy<ExecSpace>(0, width()),
       KOKKOS_LAMBDA(const std::int64_t j) {
         g(j) = T(1);
         b(j) = T(0);
@@ -53,8 +63,12 @@ RowPolicy row_teams(const ExecSpace& space, std::int64_t rows) {
 // largest |x| (s) before anything is squared, so neither the squares nor
 // eps / s^2 overflow or underflow to a wrong variance at any finite magnitude.
 template <class T>
-void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y,
+void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x_in, Matrix<T> y_in,
                            SavedView<T> saved) {
+  // (n, T*d) row-major is (n*T, d): one row per token.
+  const std::int64_t tokens = tokens_of(this->input_shape());
+  const ConstMatrix<T> x(x_in.data(), x_in.extent(0) * size_t(tokens), x_in.extent(1) / size_t(tokens));
+  const Matrix<T> y(y_in.data(), y_in.extent(0) * size_t(tokens), y_in.extent(1) / size_t(tokens));
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
   const auto stats = unmanaged_matrix(saved.data(), n, 2);
   const double eps = eps_;
@@ -92,8 +106,14 @@ void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y
 }
 
 template <class T>
-void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy,
-                            Matrix<T> dx, SavedView<T> saved) {
+void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x_in, ConstMatrix<T> dy_in,
+                            Matrix<T> dx_in, SavedView<T> saved) {
+  const std::int64_t tokens = tokens_of(this->input_shape());
+  const auto rows = [&](const auto& v) { return v.extent(0) * size_t(tokens); };
+  const auto cols = [&](const auto& v) { return v.extent(1) / size_t(tokens); };
+  const ConstMatrix<T> x(x_in.data(), rows(x_in), cols(x_in));
+  const ConstMatrix<T> dy(dy_in.data(), rows(dy_in), cols(dy_in));
+  const Matrix<T> dx = dx_in.extent(0) > 0 ? Matrix<T>(dx_in.data(), rows(dx_in), cols(dx_in)) : Matrix<T>();
   const std::int64_t n = std::int64_t(x.extent(0)), f = std::int64_t(x.extent(1));
   const auto stats = unmanaged_matrix(saved.data(), n, 2);  // written by forward
   auto g = gamma_;
@@ -143,13 +163,14 @@ LayerEntry layer_norm_entry() {
     return c;
   };
   e.output_shape = [](const LayerConfig&, const Shape& in) {
-    if (in.rank() != 1) throw ShapeMismatch("(features)");
+    if (in.rank() != 1 && in.rank() != 2) throw ShapeMismatch("(features) or (tokens, width)");
     return in;
   };
   e.parameters = [](const LayerConfig&, const Shape& in) {
-    return std::vector<ParameterSpec>{{"gamma", 1, in.size()}, {"beta", 1, in.size()}};
+    const std::int64_t f = in.size() / tokens_of(in);
+    return std::vector<ParameterSpec>{{"gamma", 1, f}, {"beta", 1, f}};
   };
-  e.saved = [](const LayerConfig&, const Shape&) { return SavedSize{2, 0}; };
+  e.saved = [](const LayerConfig&, const Shape& in) { return SavedSize{2 * tokens_of(in), 0}; };
   e.flops = [](const LayerConfig&, const Shape& in, const Shape&, std::int64_t batch,
                bool input_gradient) {
     return (input_gradient ? 20.0 : 12.0) * double(batch) * double(in.size());

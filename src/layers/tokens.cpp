@@ -197,6 +197,12 @@ LayerEntry patch_embed_entry() {
     const auto& c = static_cast<const PatchEmbedConfig&>(base);
     return std::vector<ParameterSpec>{{"weight", in[0] * c.patch * c.patch, c.width}, {"bias", 1, c.width}};
   };
+  // reserve(rows): the patches' columns (n T, C p p).
+  e.workspace = [](const LayerConfig& base, const Shape& in, std::int64_t rows, int scalar_bytes, int) {
+    const auto& c = static_cast<const PatchEmbedConfig&>(base);
+    const detail::Window2d g = patches(c.patch, in);
+    return std::vector<std::int64_t>{rows * g.pixels() * g.taps() * scalar_bytes};
+  };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape& out, std::int64_t batch,
                bool input_gradient) {
     const auto& c = static_cast<const PatchEmbedConfig&>(base);

@@ -272,6 +272,14 @@ LayerEntry transformer_block_entry() {
     const auto& c = static_cast<const BlockConfig&>(base);
     return SavedSize{SavedLayout(1, in[0], in[1], hidden_width(c, in[1]), c.heads).end, 0};
   };
+  // reserve(rows): work_a, work_b, work_c (n T, d), work_qkv (n T, 3d),
+  // work_hidden (n T, hidden), work_probs (n, H, T, T).
+  e.workspace = [](const LayerConfig& base, const Shape& in, std::int64_t rows, int scalar_bytes, int) {
+    const auto& c = static_cast<const BlockConfig&>(base);
+    const std::int64_t N = rows * in[0], d = in[1], s = scalar_bytes;
+    return std::vector<std::int64_t>{N * d * s, N * d * s, N * d * s, 3 * N * d * s, N * hidden_width(c, d) * s,
+                                     rows * c.heads * in[0] * in[0] * s};
+  };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
                bool input_gradient) {
     const auto& c = static_cast<const BlockConfig&>(base);

@@ -54,7 +54,6 @@ std::int64_t scalar_bytes(const Deck& deck) { return precision_policy(deck.preci
 // Arrays the optimizer step reads or writes per parameter (gradient
 // included), and the optimizer state per parameter.
 int optimizer_arrays(const OptimizerSpec& o) { return o.type == "sgd" ? (o.momentum > 0 ? 5 : 3) : 7; }
-int optimizer_state(const OptimizerSpec& o) { return o.type == "sgd" ? (o.momentum > 0 ? 1 : 0) : 2; }
 
 // The deck with the partition the runner would use: pipeline.balance time
 // measures each layer's forward + backward, which the predicted layer times
@@ -314,8 +313,8 @@ Prediction predict(const Deck& in_deck, int ranks, const PredictOptions& options
            ++l)
         params += shapes[size_t(l)].parameter_count();
     c.parameter_bytes = params * scalar;
-    c.memory_bytes = c.activation_bytes + c.parameter_bytes * (2 + optimizer_state(deck.optimizer)) +
-                     (deck.parallel.deterministic_reduction && D > 1 ? D * c.parameter_bytes : 0);
+    c.memory = plan.memory[size_t(k)];
+    c.memory_bytes = c.memory.total();  // train/memory.hpp: every View a rank of the cell allocates
     for (const int st : own)  // every stage boundary that crosses ranks: its activation and gradient
       if (st + 1 < int(in.schedule.rank_of_stage.size()) && in.schedule.rank_of_stage[size_t(st + 1)] != k)
         p.pipeline_bytes += 2 * N *

@@ -13,6 +13,7 @@
 #include "gpipe/core/finite.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/train/memory.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
@@ -75,6 +76,8 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
   partition_ = deck_partition(deck, S, costs_);  // by stage
   tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
+  if (deck.pipeline.memory_budget > 0)  // the same verdict on every rank, from the deck
+    check_memory_budget(cell_memory(deck, partition_, D), deck.pipeline.memory_budget, shape_);
   CellOptions options;
   options.max_batch = shard;
   options.micro_batches = M;

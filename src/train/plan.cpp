@@ -3,6 +3,7 @@
 
 #include "gpipe/pipeline/schedule_file.hpp"
 
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/cell.hpp"
 
@@ -25,6 +26,7 @@ Partition deck_partition(const Deck& deck, int cells, const std::vector<double>&
 
 RunPlan plan_run(const Deck& deck, int ranks) {
   RunPlan plan;
+  kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // conv2d's saved bytes
   plan.grid = grid_shape(deck, ranks);
   const int K = plan.grid.cells, D = plan.grid.replicas;
   plan.micro_batch = largest_micro_batch(deck, D);
@@ -57,6 +59,7 @@ RunPlan plan_run(const Deck& deck, int ranks) {
     if (k > 0) values += shapes[size_t(first)].input.size();     // gradients backward
     plan.boundary_bytes.push_back(options.max_batch * values * wire);
   }
+  plan.memory = cell_memory(deck, plan.partition, D);
   return plan;
 }
 

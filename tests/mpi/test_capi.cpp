@@ -410,3 +410,52 @@ TEST(CApi, RanksPassingDifferentBatchesFailNamingThem) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// A language model through the C API: labels are one per token (n x T) in
+// [0, vocabulary); a step equals the C++ API's bitwise, a label outside
+// the vocabulary is named by sample and token, and every token label (not
+// only the first n) is in the batch checksum.
+TEST(CApi, TokenModelsTakeOneLabelPerTokenInTheVocabulary) {
+  const std::string deck =
+      "seed: 3\nprecision: double\nmodel:\n  input: 4\n  loss: token_cross_entropy\n  layers: "
+      "[{type: token_embedding, vocabulary: 5, width: 4}, {type: pos_embed}, "
+      "{type: transformer_block, heads: 2, causal: true}, {type: lm_head, vocabulary: 5}]\n"
+      "data: {format: tokens, train_file: a.h5, test_file: b.h5}\n"
+      "training: {epochs: 1, batch_size: 4, micro_batches: 2}\noptimizer: {type: adam, lr: 0.01}\n";
+  const std::int64_t n = 4, T = 4;
+  std::vector<float> inputs;
+  std::vector<std::int32_t> labels;
+  for (std::int64_t k = 0; k < n * T; ++k) {
+    inputs.push_back(float(k % 5));
+    labels.push_back(std::int32_t((k + 1) % 5));
+  }
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(deck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  auto bad = labels;
+  bad[size_t(2 * T + 3)] = 5;  // sample 2, token 3: outside the vocabulary of 5
+  EXPECT_EQ(gpipe_train_step(t, inputs.data(), bad.data(), n, nullptr), GPIPE_ERROR_INPUT);
+  EXPECT_STREQ(gpipe_last_error(),
+               "gpipe_train_step: labels[11] = 5 (sample 2, token 3) is outside [0, 5) (the vocabulary)");
+  if (test::world_size() > 1) {
+    auto other = labels;
+    if (test::world_rank() == test::world_size() - 1) other[size_t(n * T - 1)] = 0;  // beyond the first n
+    EXPECT_EQ(gpipe_train_step(t, inputs.data(), other.data(), n, nullptr), GPIPE_ERROR_INPUT);
+    EXPECT_NE(std::string(gpipe_last_error()).find("the labels of rank " + std::to_string(test::world_size() - 1) +
+                                                   " differ from rank 0's"),
+              std::string::npos)
+        << gpipe_last_error();
+  }
+  double loss = -1;
+  ASSERT_EQ(gpipe_train_step(t, inputs.data(), labels.data(), n, &loss), GPIPE_OK) << gpipe_last_error();
+  Pipeline<double> cpp(parse_deck(deck, "capi"), MPI_COMM_WORLD);
+  const double expected = cpp.from_last(cpp.step(inputs.data(), labels.data(), n).loss) / double(n);
+  EXPECT_EQ(loss, expected);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -199,6 +199,47 @@ TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
   }
 }
 
+// Tied embeddings with replicas: D = 2 replicas of K = 2 cells (4 ranks),
+// the embedding alone on cell 0 and the head on cell 1, so each replica's
+// tie exchange runs between its own two cells after the replicas'
+// gradient reduction: the weights stay one matrix (E = W), equal on both
+// replicas, and bitwise those of D = 2 replicas of one cell (ranks 0 and 1,
+// where the tie is a local sum), with clipping and the warm-up on.
+TEST(LanguageModelPipeline, TiedEmbeddingsWithTwoReplicasMatchOneCellBitwise) {
+  if (world_size() != 4) GTEST_SKIP() << "4 ranks: 2 replicas x 2 cells";
+  const std::int64_t n = kV * 6;
+  const std::string replicas = "parallel: {cells: 1, deterministic_reduction: true}\n";
+  MPI_Comm two = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < 2 ? 0 : MPI_UNDEFINED, world_rank(), &two);
+  const auto run = [&](const std::string& pipeline, const std::string& parallel, MPI_Comm comm) {
+    Pipeline<double> p(parse_deck(gpt_deck(pipeline, kClipped, kTied) + parallel, "gpt-deck"), comm);
+    TrainResult r;
+    for (int s = 0; s < 3; ++s) {
+      const auto order = epoch_order(data().samples, 3, 0, true);
+      p.step(data(), order, (s % 3) * kBatch, kBatch);
+      r.norms.push_back(p.last_gradient_norm());
+    }
+    r.params = p.gather_parameters();
+    return r;
+  };
+  TrainResult one;
+  if (two != MPI_COMM_NULL) one = run("{}", replicas, two);
+  std::string two_cells = replicas;
+  two_cells.replace(two_cells.find("cells: 1"), 8, "cells: 2");
+  const TrainResult split = run("{balance: [1, 4]}", two_cells, MPI_COMM_WORLD);
+  // Ranks 0 and 1 are the first cells of replicas 0 and 1 in both grids
+  // (placement replica: pipelines [0, 2] [1, 3]): each holds its replica's weights.
+  if (world_rank() < 2) {
+    ASSERT_EQ(split.params.size(), one.params.size());
+    ASSERT_GT(split.params.size(), size_t(2 * n));
+    const std::vector<double> e(split.params.begin(), split.params.begin() + n), w(split.params.end() - n, split.params.end());
+    EXPECT_EQ(e, w);
+    EXPECT_EQ(split.params, one.params);
+    EXPECT_EQ(split.norms, one.norms);
+  }
+  if (two != MPI_COMM_NULL) MPI_Comm_free(&two);
+}
+
 TEST(LanguageModelPipeline, TieErrors) {
   auto error = [](const std::string& model) {
     try {

@@ -106,7 +106,7 @@ TEST(DeckShapes, MismatchNamesLayerTypeAndShapes) {
   EXPECT_EQ(error_of(replace(replace(kDeck, "input: 4", "input: [1, 2, 2]"), "{type: dense, units: 8, init: glorot}",
                              "{type: layer_norm}")),
             "deck.yaml:5:7 (model.layers[0]): layer 0 (layer_norm) cannot take input shape [1, 2, 2]: "
-            "expected (features)");
+            "expected (features) or (tokens, width)");
   EXPECT_EQ(error_of(replace(kDeck, "input: 4", "input: [2, 2]")),
             "deck.yaml:5:7 (model.layers[0]): layer 0 (dense) cannot take input shape [2, 2]: "
             "expected (features); add {type: flatten} before it");

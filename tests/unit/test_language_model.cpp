@@ -287,3 +287,25 @@ TEST(TokenData, DeckKeysAndTheirErrors) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// The final LayerNorm of a GPT (GPT-2's ln_f): layer_norm over a
+// (tokens, width) input normalizes each token's width features on their
+// own: parameters (1, width) twice, saved state 2 per token, the gradient
+// against central differences, and the forward bitwise that of a
+// (width) layer_norm over the n*T token rows with the same gamma and beta.
+TEST(LayerNormTokens, PerTokenEqualsRowWiseAndHasCentralDifferenceGradients) {
+  test::LayerHarness seq("{type: layer_norm}", {3, 4}, 2);
+  EXPECT_EQ(seq.layer->parameter_count(), 8);
+  EXPECT_EQ(seq.layer->saved_size().elements(1), 6);
+  const auto x = test::layer_inputs(2 * 12);
+  seq.check(x, 1e-6);
+  test::LayerHarness rows("{type: layer_norm}", {4}, 6);  // the same 8 random parameters
+  EXPECT_EQ(seq.forward(x), rows.forward(x));
+  EXPECT_THROW(test::LayerHarness("{type: layer_norm}", {2, 3, 4}), InputError);
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -240,7 +240,10 @@ TEST(Predict, UsesTheLibrarysAccountingAndCountsTraffic) {
     const auto& c = p.cells_detail[size_t(k)];
     EXPECT_EQ(c.activation_bytes, plan.activation_bytes[size_t(k)]);
     EXPECT_EQ(c.peak_micro_batches, std::min(8, 4 - k));
-    EXPECT_EQ(c.memory_bytes, c.activation_bytes + 4 * c.parameter_bytes);  // + gradients + Adam's 2
+    EXPECT_EQ(c.memory_bytes, plan.memory[size_t(k)].total());  // the memory model (tests/mpi/test_memory.cpp)
+    // Parameters, gradients and Adam's two moments among its terms.
+    EXPECT_EQ(plan.memory[size_t(k)].parameters + plan.memory[size_t(k)].gradients + plan.memory[size_t(k)].optimizer,
+              4 * c.parameter_bytes);
     params += c.parameter_bytes;
   }
   EXPECT_EQ(params, 4 * (16 * 32 + 32 + 2 * (32 * 32 + 32) + 32 * 10 + 10));

@@ -55,6 +55,9 @@ struct PipelineSpec {
   /// that replaces `schedule` ("" = none); relative to the working directory.
   std::string schedule_file;
   LinkSpec link;                    ///< pipeline.link (off by default)
+  /// pipeline.memory_budget: device bytes per rank a layout may need (0 =
+  /// no limit); written as a byte size ("512MiB", "2GiB"; train/memory.hpp).
+  std::int64_t memory_budget = 0;
 };
 
 /// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").
@@ -132,5 +135,14 @@ const std::vector<std::string>& settable_keys();
 /// e.g. "a finite number > 0", "an integer >= 0", "a number in [0, 1)",
 /// "constant or cosine". Throws InputError for an unknown key.
 std::string key_domain(const std::string& key);
+
+/// Parses a byte size: a number and a unit, B, KiB, MiB, GiB, TiB (powers of
+/// 1024) or kB, MB, GB, TB (powers of 1000), e.g. "512MiB", "1.5 GiB",
+/// "800MB"; a plain integer is bytes. Throws InputError naming `field` for
+/// anything else (no unit on a fraction, an unknown unit, a value <= 0).
+std::int64_t parse_byte_size(const std::string& text, const std::string& field);
+
+/// "512.0 MiB", "2.00 GiB", "123 B": bytes for messages and tables.
+std::string format_bytes(std::int64_t bytes);
 
 }  // namespace gpipe

@@ -11,9 +11,12 @@ struct LayerNormConfig : LayerConfig {
   double eps = 1e-5;  ///< variance epsilon (> 0)
 };
 
-/// Input shape (features); output the same. Parameters "gamma" (1, features),
-/// initialized to 1, and "beta" (1, features), initialized to 0. var is the
-/// biased (1/features) variance. Saved state: per sample (mean,
+/// Input shape (features), or (tokens, width) for a sequence (each token's
+/// width features normalized on their own, as GPT-2's final LayerNorm and
+/// transformer_block's: input (n, T*d) row-major treated as (n*T, d));
+/// output the same. Parameters "gamma" (1, f), initialized to 1, and "beta"
+/// (1, f), initialized to 0, with f = features or width. var is the biased
+/// (1/f) variance. Saved state: per sample and token (mean,
 /// sqrt(var + eps)), written by forward and read by backward. The statistics
 /// are scale-safe (each row divided by its largest |x| before any square, in
 /// double), and xhat = (x - mean) / sqrt(var + eps) is formed in double, so
@@ -33,6 +36,8 @@ class LayerNorm final : public Layer<T> {
   using Layer<T>::forward;
   using Layer<T>::backward;
   double eps() const { return eps_; }
+  /// Features normalized together: in_features(), or the width of a (tokens, width) input.
+  std::int64_t width() const;
 
  private:
   using Unmanaged = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

@@ -95,6 +95,14 @@ struct LayerEntry {
   /// first layer computes none).
   double (*flops)(const LayerConfig& config, const Shape& input, const Shape& output,
                   std::int64_t batch, bool input_gradient) = nullptr;
+  /// The workspace Views the layer (and its kernels) allocates for
+  /// micro-batches of `rows` samples of `scalar_bytes`-byte values in a step
+  /// of `micro_batches` micro-batches, bytes of each: what
+  /// Layer::reserve(rows) and its first step allocate, held for the layer's
+  /// lifetime (null: none). The memory model (train/memory.hpp) adds them
+  /// to the cell's bytes.
+  std::vector<std::int64_t> (*workspace)(const LayerConfig& config, const Shape& input, std::int64_t rows,
+                                         int scalar_bytes, int micro_batches) = nullptr;
   /// The layer computes its backward as separate B (input gradient) and W
   /// (weight gradient) ops; must equal its Layer::splits_backward(). The
   /// buffer plan keeps its output gradient from B to W (zero_bubble).

@@ -13,6 +13,7 @@
 #include "gpipe/pipeline/link.hpp"
 #include "gpipe/predict/costs.hpp"
 #include "gpipe/predict/simulate.hpp"
+#include "gpipe/train/memory.hpp"
 
 namespace gpipe {
 
@@ -68,9 +69,13 @@ struct CellPrediction {
   int peak_micro_batches = 0;   ///< micro-batches in flight: the buffer plan's micro_batch slots
   std::int64_t activation_bytes = 0;  ///< cell_activation_bytes (what Cell allocates and reports)
   std::int64_t parameter_bytes = 0;   ///< parameters x sizeof(T)
-  /// Per rank: activations + parameters, gradients and optimizer state
-  /// (+ D x gradients for the deterministic reduction's gather buffer).
+  /// Per rank: the device bytes of the memory model (train/memory.hpp,
+  /// CellMemory::total(): parameters, gradients, optimizer state,
+  /// activations and gradient buffers of the buffer plan, workspaces,
+  /// staging, the deterministic reduction's gather buffer), which
+  /// tests/mpi/test_memory.cpp checks against the allocations.
   std::int64_t memory_bytes = 0;
+  CellMemory memory;  ///< memory_bytes by term
 };
 
 struct Prediction {

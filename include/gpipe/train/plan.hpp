@@ -11,6 +11,7 @@
 #include "gpipe/io/deck.hpp"
 #include "gpipe/model/partition.hpp"
 #include "gpipe/parallel/grid.hpp"
+#include "gpipe/train/memory.hpp"
 
 namespace gpipe {
 
@@ -43,6 +44,10 @@ struct RunPlan {
   /// for bf16 / fp16, exactly half of float): what the summary's
   /// boundary_bytes_per_step measures. Empty with pipeline.chunks > 1.
   std::vector<std::int64_t> boundary_bytes;
+  /// Per cell: the device bytes a rank of it allocates (train/memory.hpp),
+  /// under the deck's kernel choice (`kernels:`, which decides conv2d's
+  /// saved columns and workspace).
+  std::vector<CellMemory> memory;
   /// Set when the deck's balance is "time": the partition shown is the
   /// flops one, because timing layers needs the device.
   bool time_balance_approximated = false;
@@ -51,8 +56,11 @@ struct RunPlan {
 /// The layout of `deck` on `ranks` ranks: grid_shape, then the costs of
 /// pipeline.balance ("time" is replaced by "flops", see RunPlan; "explicit"
 /// reports flops), deck_partition and the activation bytes of every cell in
-/// the deck's precision. Pure: throws InputError as grid_shape,
-/// deck_partition and model_shapes do.
+/// the deck's precision, and every cell's memory. Selects the deck's
+/// `kernels:` choice process-wide first (kernels::select; no Kokkos), as
+/// Pipeline does, so the bytes are the run's. Throws InputError as
+/// grid_shape, deck_partition and model_shapes do; the budget is checked
+/// by the caller (check_memory_budget: Pipeline, --check, gpipe-plan).
 RunPlan plan_run(const Deck& deck, int ranks);
 
 }  // namespace gpipe

@@ -1,0 +1,58 @@
+#pragma once
+// The memory model: the exact bytes one rank allocates in the device memory
+// space for its cell (pipeline stage), from the deck alone — no MPI, no
+// Kokkos — and the per-rank budget check (deck key pipeline.memory_budget).
+// Each term is what the library allocates (Cell, optimizer, gradient
+// reducer, Pipeline's staging, the layers' and losses' workspaces); the sum
+// is checked against the measured high-water mark of Kokkos allocations
+// (core/memory.hpp; tests/mpi/test_memory.cpp, scripts/check_memory_model.py,
+// docs/scaling-studies.md "Capacity").
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpipe/io/deck.hpp"
+#include "gpipe/model/partition.hpp"
+#include "gpipe/parallel/grid.hpp"
+
+namespace gpipe {
+
+/// One cell's (one rank's) device bytes, by what holds them.
+struct CellMemory {
+  std::int64_t parameters = 0;   ///< the cell's flat parameter buffer (P x sizeof(T))
+  std::int64_t gradients = 0;    ///< its gradient buffer (P x sizeof(T))
+  std::int64_t layer_state = 0;  ///< non-trainable layer state (running statistics)
+  std::int64_t optimizer = 0;    ///< SGD velocity (P; allocated at any momentum), Adam/AdamW m and v (2P)
+  /// The buffer plan's activation storage (cell_activation_bytes: kept
+  /// outputs, saved state, boundary inputs/outputs, logits, whole-batch W).
+  std::int64_t activations = 0;
+  /// Gradient buffers the plan allocates besides (dL/dy receive slots,
+  /// logit gradients, dL/dx send slots, the backward's two ping-pong rows).
+  std::int64_t gradient_buffers = 0;
+  std::int64_t workspaces = 0;   ///< layers' reserve() workspaces and the loss's row buffers
+  std::int64_t staging = 0;      ///< Pipeline's mini-batch inputs (first cell) and targets (last)
+  std::int64_t reduction = 0;    ///< deterministic gradient reduction's gather buffer (D x P)
+  /// Held only during a step's tail, one after the other: the tied
+  /// embeddings' gradient exchange (the peer's V x d slice, on the two tied
+  /// cells when they differ) and gradient clipping's per-layer bounds and
+  /// sums (8 (2 L_k + 1) bytes); the larger counts in the peak.
+  std::int64_t transient = 0;
+  /// Peak device bytes of a training step: the sum of every term.
+  std::int64_t total() const;
+};
+
+/// The device bytes of every cell of `deck` with partition `partition` and
+/// `replicas` replicas (replica 0's shard, the largest). Pure; throws
+/// InputError as model_shapes does.
+std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas);
+
+/// Throws InputError when a cell's total() exceeds `budget` bytes (> 0),
+/// naming the cell, its rank(s), its bytes against the budget and each term,
+/// e.g. "pipeline.memory_budget: cell 1 (rank 1) needs 600.0 MiB, more than
+/// the budget of 512.0 MiB per rank (parameters ..., ...); use more cells,
+/// pipeline.remat: always or more micro-batches". Every rank computes the
+/// same verdict from the deck (no communication).
+void check_memory_budget(const std::vector<CellMemory>& cells, std::int64_t budget, const GridShape& grid);
+
+}  // namespace gpipe

@@ -1,0 +1,191 @@
+#include "gpipe/train/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "gpipe/core/error.hpp"
+#include "gpipe/layers/registry.hpp"
+#include "gpipe/layers/tied.hpp"
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
+#include "gpipe/pipeline/stage.hpp"
+#include "gpipe/train/plan.hpp"
+
+namespace gpipe {
+
+std::int64_t CellMemory::total() const {
+  return parameters + gradients + layer_state + optimizer + activations + gradient_buffers + workspaces + staging +
+         reduction + transient;
+}
+
+namespace {
+
+// The bytes Kokkos 3.4 allocates for a View of `bytes` bytes of data: the
+// span rounded up to 8 bytes (Kokkos_ViewMapping.hpp, MemorySpanMask), and
+// 128 for a labelled View of no elements (measured: the allocation record
+// alone).
+std::int64_t view_bytes(std::int64_t bytes) { return bytes == 0 ? 128 : (bytes + 7) / 8 * 8; }
+
+// A term as a list of Views: `add(bytes)` adds one View's allocation, none
+// for a View the library leaves unallocated (`optional` and empty).
+struct Term {
+  std::int64_t bytes = 0;
+  void add(std::int64_t data) { bytes += view_bytes(data); }
+  void add_if(std::int64_t data) {
+    if (data > 0) bytes += view_bytes(data);
+  }
+};
+
+}  // namespace
+
+std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas) {
+  const auto shapes = model_shapes(deck.model);
+  const int S = partition.cells(), M = deck.training.micro_batches, D = replicas;
+  const int K = S / std::max(deck.pipeline.chunks, 1);
+  const std::int64_t s = deck.precision == "double" ? 8 : 4;
+  const std::int64_t shard = largest_shard(deck, D);
+  const std::int64_t rows = (shard + M - 1) / M;
+  CellOptions options;
+  options.max_batch = shard;
+  options.micro_batches = M;
+  options.remat = deck.pipeline.remat;
+  options.schedule = deck.pipeline.schedule;
+  options.chunks = deck.pipeline.chunks;
+  const Schedule schedule = training_schedule(options, K);
+  const TiedLayers tied = tied_layers(deck.model);
+  const auto stage_of = [&](int layer) {
+    int stage = 0;
+    while (stage + 1 < S && partition.first_layer(stage + 1) <= layer) ++stage;
+    return stage;
+  };
+  std::vector<CellMemory> out;
+  for (int k = 0; k < K; ++k) {
+    std::int64_t params = 0, state = 0, layers_on_rank = 0;
+    Term workspaces, activations, gradient_buffers, staging;
+    // As Runner's and each Stage's constructors allocate them
+    // (pipeline/runner.cpp, pipeline/stage.cpp).
+    for (const int st : stages_of_rank(schedule, k)) {
+      const int first = partition.first_layer(st), count = partition.counts.at(size_t(st));
+      const bool batch_source = st == 0, loss_sink = st == S - 1;
+      const auto layer = [&](int l) -> const LayerShape& { return shapes.at(size_t(first + l)); };
+      const auto saved = [&](int l) { return layer(l).saved.elements(rows) * s; };
+      const auto splits = [&](int l) { return layer(l).entry && layer(l).entry->splits_backward; };
+      const std::int64_t in = layer(0).input.size(), out_width = layer(count - 1).output.size();
+      std::int64_t widest = in;
+      for (int l = 0; l < count; ++l) {
+        params += layer(l).parameter_count();
+        state += layer(l).state_count();
+        ++layers_on_rank;
+        widest = std::max(widest, layer(l).output.size());
+        if (layer(l).entry && layer(l).entry->workspace)
+          for (const std::int64_t b : layer(l).entry->workspace(*layer(l).spec.config, layer(l).input, rows, int(s), M))
+            workspaces.add(b);
+      }
+      const CellBufferPlan plan = plan_buffers(schedule, st);
+      // The whole-batch W (a BatchWeights op): each such layer's output
+      // gradients over the shard, and its input (one shared buffer of the
+      // widest without re-materialization; stage 0's first layer reads the batch).
+      std::int64_t widest_input = 0;
+      for (int l = 0; l < count; ++l) {
+        if (!(plan.batch_weights >= 0 && splits(l) && layer(l).entry->whole_batch_weights)) continue;
+        activations.add(shard * layer(l).output.size() * s);
+        if (l == 0 && batch_source) continue;
+        if (options.remat == Remat::Never) widest_input = std::max(widest_input, layer(l).input.size());
+        else activations.add(shard * layer(l).input.size() * s);
+      }
+      if (widest_input > 0) activations.add(shard * widest_input * s);
+      for (int slot = 0; slot < plan.micro_batch.slots; ++slot) {
+        if (!batch_source) activations.add(rows * in * s);  // the received input
+        if (!loss_sink) {
+          activations.add(rows * out_width * s);        // the output sent on
+          gradient_buffers.add(rows * out_width * s);  // its gradient received
+        } else {
+          gradient_buffers.add(rows * out_width * s);  // the logit gradient
+        }
+        activations.add_if(saved(count - 1));
+      }
+      if (!batch_source)
+        for (int slot = 0; slot < plan.input_grad.slots; ++slot) gradient_buffers.add(rows * in * s);
+      if (loss_sink) activations.add(rows * out_width * s);  // the logits
+      for (int slot = 0; slot < plan.weight_grad.slots; ++slot)
+        for (int l = 0; l + 1 < count; ++l)
+          if (splits(l)) activations.add(rows * layer(l).output.size() * s);
+      for (int slot = 0; slot < plan.activations.slots; ++slot)
+        for (int l = 0; l + 1 < count; ++l) {
+          activations.add(rows * layer(l).output.size() * s);
+          activations.add_if(saved(l));
+        }
+      gradient_buffers.add(rows * widest * s);  // the backward's ping-pong pair
+      gradient_buffers.add(rows * widest * s);
+      // The loss's buffers (Loss::reserve, or its first evaluate): softmax
+      // cross-entropy a double loss and an int32 hit per row (token
+      // cross-entropy: per token) and 3 double totals; regression a double
+      // loss per row and 4 double moments per output + the loss sum.
+      if (loss_sink && deck.model.loss.regression()) {
+        workspaces.add(rows * 8);
+        workspaces.add((4 * out_width + 1) * 8);
+      } else if (loss_sink) {
+        const std::int64_t per_row = deck.model.loss.tokens() ? deck.model.labels_per_sample() : 1;
+        workspaces.add(3 * 8);
+        workspaces.add(rows * per_row * 8);
+        workspaces.add(rows * per_row * 4);
+      }
+      // Pipeline's mini-batch staging: the inputs where stage 0 runs, the
+      // int32 labels (one per token) or float targets where the loss is.
+      if (batch_source) staging.add(shard * deck.model.input_features * s);
+      if (loss_sink)
+        staging.add(deck.model.loss.regression()
+                        ? shard * deck.model.classes() * s
+                        : shard * std::max<std::int64_t>(deck.model.labels_per_sample(), 1) * 4);
+    }
+    CellMemory c;
+    // One flat parameter, gradient and state buffer per rank (Runner).
+    c.parameters = view_bytes(params * s);
+    c.gradients = view_bytes(params * s);
+    c.layer_state = view_bytes(state * s);
+    // SGD keeps its velocity at any momentum; Adam and AdamW two moments.
+    c.optimizer = (deck.optimizer.type == "sgd" ? 1 : 2) * view_bytes(params * s);
+    c.activations = activations.bytes;
+    c.gradient_buffers = gradient_buffers.bytes;
+    c.workspaces = workspaces.bytes;
+    c.staging = staging.bytes;
+    if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
+    // Transient, one after the other in a step: the tied gradient's peer
+    // slice, then the clipping's per-layer bounds (int64) and sums (double).
+    if (tied.tied()) {
+      const int re = schedule.rank_of_stage.at(size_t(stage_of(tied.embedding)));
+      const int rh = schedule.rank_of_stage.at(size_t(stage_of(tied.head)));
+      if (re != rh && (re == k || rh == k))
+        c.transient = view_bytes(shapes[size_t(tied.embedding)].parameter_count() * s);
+    }
+    if (deck.optimizer.clip_norm > 0)
+      c.transient = std::max<std::int64_t>(c.transient, view_bytes((layers_on_rank + 1) * 8) + view_bytes(layers_on_rank * 8));
+    out.push_back(c);
+  }
+  return out;
+}
+
+void check_memory_budget(const std::vector<CellMemory>& cells, std::int64_t budget, const GridShape& grid) {
+  if (budget <= 0) return;
+  for (int k = 0; k < int(cells.size()); ++k) {
+    const CellMemory& c = cells[size_t(k)];
+    if (c.total() <= budget) continue;
+    std::vector<int> ranks;
+    for (int r = 0; r < grid.replicas; ++r) ranks.push_back(grid.rank_of(r, k));
+    throw InputError(fmt::format(
+        "pipeline.memory_budget: cell {} ({} {}) needs {} ({} bytes), more than the budget of {} ({} bytes) per "
+        "rank: parameters {}, gradients {}, optimizer state {}, layer state {}, activations {}, gradient buffers "
+        "{}, workspaces {}, staging {}, reduction {}, tied-gradient exchange {}; use more cells (ranks), "
+        "pipeline.remat: always, or more micro-batches",
+        k, ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "), format_bytes(c.total()), c.total(),
+        format_bytes(budget), budget, format_bytes(c.parameters), format_bytes(c.gradients),
+        format_bytes(c.optimizer), format_bytes(c.layer_state), format_bytes(c.activations),
+        format_bytes(c.gradient_buffers), format_bytes(c.workspaces), format_bytes(c.staging),
+        format_bytes(c.reduction), format_bytes(c.transient)));
+  }
+}
+
+}  // namespace gpipe
