@@ -309,8 +309,7 @@ void Cell<T>::forward(int m, bool whole_cell, bool training, LossSums& sums) {
       const Matrix<T> dlogits =
           training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = placement_.global_size > 0 ? placement_.global_size : batch_size_;
-      sums += loss_->evaluate(layer_output(m, int(layers_.size()) - 1), targets, T(1.0 / double(N)),
-                              dlogits);
+      loss_->accumulate(layer_output(m, int(layers_.size()) - 1), targets, T(1.0 / double(N)), dlogits);
       return;
     }
   }
@@ -521,6 +520,7 @@ LossSums Cell<T>::run_posted(const std::vector<Op>& ops, const std::vector<std::
   const Tracer::Scope wait(tracer_, EventKind::Wait, -1);
   for (auto& b : outputs_) b.wait();
   for (auto& b : input_grads_) b.wait();
+  if (loss_) sums = loss_->take_sums();  // the step's one fence for the loss sums
   return sums;
 }
 
