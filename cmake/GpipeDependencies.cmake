@@ -58,3 +58,26 @@ if(GPIPE_ENABLE_ONEDNN)
 else()
   message(STATUS "gpipe: oneDNN not used (GPIPE_ENABLE_ONEDNN=OFF): the kernel seam has the portable implementation only")
 endif()
+
+# cuBLAS / cuBLASLt (CUDA builds): an implementation of the kernel seam
+# (src/kernels/*_cublas.cpp). On by default when the Kokkos install has the
+# CUDA backend and CMake's CUDAToolkit (with cuBLAS and cuBLASLt) is found;
+# never on another backend (the implementation runs on device memory only).
+set(_gpipe_cublas_found OFF)
+if(Kokkos_ENABLE_CUDA OR "CUDA" IN_LIST Kokkos_DEVICES)
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::cublasLt)
+    set(_gpipe_cublas_found ON)
+  endif()
+endif()
+option(GPIPE_ENABLE_CUBLAS "Build the cuBLAS/cuBLASLt implementation of the kernel seam (Kokkos CUDA backend)"
+       ${_gpipe_cublas_found})
+if(GPIPE_ENABLE_CUBLAS)
+  if(NOT _gpipe_cublas_found)
+    message(FATAL_ERROR "gpipe: GPIPE_ENABLE_CUBLAS=ON needs a Kokkos built with Kokkos_ENABLE_CUDA=ON and "
+                        "CUDAToolkit with cuBLAS and cuBLASLt (set CUDAToolkit_ROOT); or configure with "
+                        "-DGPIPE_ENABLE_CUBLAS=OFF")
+  endif()
+  message(STATUS "gpipe: cuBLAS ${CUDAToolkit_VERSION} (${CUDAToolkit_LIBRARY_DIR}): the kernel seam's cublas "
+                 "implementation is built")
+endif()

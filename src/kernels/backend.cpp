@@ -41,7 +41,13 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 //   bf16 (2 bytes: bf16 operands, fp32 accumulation): oneDNN's bf16
 //     matmul and convolution (perf/README.md, "Mixed precision").
+//   CUDA builds with cuBLAS: cuBLAS for every primitive it has (not
+//     measured: no GPU was lent to the session that added it; Kokkos
+//     Kernels' own cuBLAS TPL runs the same library for the portable dense
+//     GEMMs, without the bias epilogue and with a heuristic algorithm per
+//     shape).
 Implementation automatic(Primitive p, int scalar_bytes) {
+  if (has(Implementation::cublas, p, scalar_bytes)) return Implementation::cublas;
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
 
@@ -60,6 +66,7 @@ const char* name(Implementation implementation) {
   switch (implementation) {
     case Implementation::portable: return "portable";
     case Implementation::onednn: return "onednn";
+    case Implementation::cublas: return "cublas";
   }
   return "?";
 }
@@ -80,6 +87,7 @@ const char* name(Choice choice) {
     case Choice::automatic: return "auto";
     case Choice::portable: return "portable";
     case Choice::onednn: return "onednn";
+    case Choice::cublas: return "cublas";
   }
   return "?";
 }
@@ -89,11 +97,19 @@ std::vector<Implementation> available() {
 #ifdef GPIPE_ENABLE_ONEDNN
   if (host_memory) out.push_back(Implementation::onednn);
 #endif
+#ifdef GPIPE_ENABLE_CUBLAS
+  out.push_back(Implementation::cublas);
+#endif
   return out;
 }
 
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::portable) return true;
+#ifdef GPIPE_ENABLE_CUBLAS
+  if (implementation == Implementation::cublas)
+    return (scalar_bytes == 4 || scalar_bytes == 8) &&
+           (primitive == Primitive::gemm || primitive == Primitive::gemm_bias || primitive == Primitive::batched_gemm);
+#endif
 #ifdef GPIPE_ENABLE_ONEDNN
   (void)primitive;  // every primitive has a oneDNN implementation at float and bf16
   if (implementation == Implementation::onednn)
@@ -119,7 +135,21 @@ Choice parse_choice(const std::string& text, const std::string& field) {
                                  field));
 #endif
   }
+  if (text == "cublas") {
+#ifdef GPIPE_ENABLE_CUBLAS
+    return Choice::cublas;
+#else
+    throw InputError(fmt::format("{}: this build has no cuBLAS (a CUDA build of Kokkos with "
+                                 "GPIPE_ENABLE_CUBLAS=ON); expected auto, portable or onednn",
+                                 field));
+#endif
+  }
+#ifdef GPIPE_ENABLE_CUBLAS
+  throw InputError(
+      fmt::format("{}: unknown kernels '{}' (expected auto, portable, onednn or cublas)", field, text));
+#else
   throw InputError(fmt::format("{}: unknown kernels '{}' (expected auto, portable or onednn)", field, text));
+#endif
 }
 
 void select(Choice choice) { chosen.store(int(choice)); }
@@ -138,6 +168,9 @@ Implementation implementation(Primitive primitive, int scalar_bytes) {
     case Choice::portable: return Implementation::portable;
     case Choice::onednn:
       return has(Implementation::onednn, primitive, scalar_bytes) ? Implementation::onednn
+                                                                   : Implementation::portable;
+    case Choice::cublas:
+      return has(Implementation::cublas, primitive, scalar_bytes) ? Implementation::cublas
                                                                    : Implementation::portable;
     case Choice::automatic: break;
   }
@@ -166,6 +199,11 @@ std::string build_summary() {
   out += fmt::format(", onednn ({}{})", onednn::version(), host_memory ? "" : "; unused: device memory space");
 #else
   out += "; oneDNN not built (GPIPE_ENABLE_ONEDNN=OFF)";
+#endif
+#ifdef GPIPE_ENABLE_CUBLAS
+  out += fmt::format(", cublas ({}: gemm, gemm_bias, batched_gemm)", cublas::version());
+#elif defined(KOKKOS_ENABLE_CUDA)
+  out += "; cuBLAS not built (GPIPE_ENABLE_CUBLAS=OFF)";
 #endif
   return out;
 }

@@ -33,6 +33,14 @@ bool onednn_runs(Primitive p) {
 #endif
 }
 
+#ifdef GPIPE_ENABLE_CUBLAS
+// Whether the cuBLAS implementation runs `p` at T.
+template <class T>
+bool cublas_runs(Primitive p) {
+  return implementation(p, int(sizeof(T))) == Implementation::cublas;
+}
+#endif
+
 // A Kokkos Tools region around each primitive, so profiles and the
 // profiling test see vendor calls (which launch no Kokkos kernel) by name.
 struct Region {
@@ -174,6 +182,9 @@ void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, Const
     if (onednn_runs<T>(Primitive::gemm)) return onednn::gemm(space, ta, tb, alpha, a, b, beta, c);
 #endif
   }
+#ifdef GPIPE_ENABLE_CUBLAS
+  if (cublas_runs<T>(Primitive::gemm)) return cublas::gemm<T>(space, ta, tb, alpha, a, b, beta, c);
+#endif
   portable::gemm<T>(space, ta, tb, alpha, a, b, beta, c);
 }
 
@@ -189,6 +200,9 @@ void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, Const
     if (onednn_runs<T>(Primitive::gemm_bias)) return onednn::gemm_bias(space, x, w, bias, y);
 #endif
   }
+#ifdef GPIPE_ENABLE_CUBLAS
+  if (cublas_runs<T>(Primitive::gemm_bias)) return cublas::gemm_bias<T>(space, x, w, bias, y);
+#endif
   portable::gemm_bias<T>(space, x, w, bias, y);
 }
 
@@ -211,6 +225,10 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
       return onednn::batched_gemm(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
 #endif
   }
+#ifdef GPIPE_ENABLE_CUBLAS
+  if (cublas_runs<T>(Primitive::batched_gemm))
+    return cublas::batched_gemm<T>(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+#endif
   portable::batched_gemm<T>(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
 }
 

@@ -11,6 +11,8 @@
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/kernels/gemm.hpp"
 
+#include <string>
+
 namespace gpipe::kernels {
 
 namespace portable {
@@ -59,5 +61,24 @@ void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer,
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
 }  // namespace onednn
+
+// Defined only in builds with GPIPE_ENABLE_CUBLAS (src/kernels/gemm_cublas.cpp),
+// at float and double; backend.cpp never picks them otherwise.
+namespace cublas {
+template <class T>
+void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, ConstMatrix<T> b, T beta,
+          Matrix<T> c);
+template <class T>
+void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias, Matrix<T> y);
+template <class T>
+void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, T alpha,
+                  const T* a, const Strided& sa, const T* b, const Strided& sb, T beta, T* c,
+                  const Strided& sc);
+/// "cuBLAS 13.0.0" (cuBLASLt's version at run time).
+std::string version();
+/// GEMM shapes whose row count the reference algorithm did not fit (their
+/// rows may differ in the last bits from another row count's).
+std::int64_t cublas_fallbacks();
+}  // namespace cublas
 
 }  // namespace gpipe::kernels

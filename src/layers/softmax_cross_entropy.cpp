@@ -16,10 +16,11 @@ void SoftmaxCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t) {
 }
 
 template <class T>
-LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale,
-                                          Matrix<T> dlogits) {
+void SoftmaxCrossEntropy<T>::accumulate(ConstMatrix<T> logits, ConstLabelVector labels, T scale,
+                                        Matrix<T> dlogits, double loss_divisor) {
   const std::int64_t n = std::int64_t(logits.extent(0)), c = std::int64_t(logits.extent(1));
   reserve(n, c);
+  classes_ = c;
   auto row_loss = row_loss_;
   auto row_hit = row_hit_;
   const bool with_gradient = dlogits.extent(0) > 0;
@@ -83,9 +84,13 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
           });
         }
       });
-  // The loss, hit and bad-label totals in one kernel and one copy to the
-  // host (the only blocking point per micro-batch); the loss in fixed order.
+  // The micro-batch's loss (fixed order), hit and bad-label sums in one
+  // kernel, added to the running totals on the device (no fence, no copy:
+  // take_sums() reads them once per step). The first micro-batch since the
+  // last read starts the totals at 0, so each total is 0 + s_1 + s_2 + ...
+  // in call order: the additions the host made when it read each one.
   auto totals = totals_;
+  const bool first = pending_ == 0;
   RowPolicy one(space, 1, Kokkos::AUTO);
   one.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
   Kokkos::parallel_for(
@@ -95,31 +100,39 @@ LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, ConstLabelVecto
         const double hits = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) > 0 ? 1.0 : 0.0; });
         const double bad = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) < 0 ? 1.0 : 0.0; });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          totals(0) = loss;
-          totals(1) = hits;
-          totals(2) = bad;
+          totals(0) = (first ? 0.0 : totals(0)) + loss / loss_divisor;
+          totals(1) = (first ? 0.0 : totals(1)) + hits;
+          totals(2) = (first ? 0.0 : totals(2)) + bad;
         });
       });
-  Kokkos::deep_copy(space, totals_host_, totals);
-  compat::fence(space, "gpipe::SoftmaxCrossEntropy::totals");
+  ++pending_;
+}
+
+template <class T>
+LossSums SoftmaxCrossEntropy<T>::take_sums() {
   LossSums sums;
+  if (pending_ == 0) return sums;
+  pending_ = 0;
+  const ExecSpace space = this->execution_space();
+  Kokkos::deep_copy(space, totals_host_, totals_);
+  compat::fence(space, "gpipe::SoftmaxCrossEntropy::take_sums");
   sums.loss = totals_host_(0);
   sums.correct = std::int64_t(totals_host_(1));
   const std::int64_t bad = std::int64_t(totals_host_(2));
   if (bad > 0)
     throw PipelineError("softmax cross-entropy: " + std::to_string(bad) +
-                        " label(s) outside [0, " + std::to_string(c) + ")");
+                        " label(s) outside [0, " + std::to_string(classes_) + ")");
   return sums;
 }
 
 template <class T>
-LossSums SoftmaxCrossEntropy<T>::evaluate(ConstMatrix<T> logits, const Targets<T>& targets, T scale,
-                                          Matrix<T> dlogits) {
+void SoftmaxCrossEntropy<T>::accumulate(ConstMatrix<T> logits, const Targets<T>& targets, T scale,
+                                        Matrix<T> dlogits) {
   if (std::int64_t(targets.labels.extent(0)) < std::int64_t(logits.extent(0)))
     throw PipelineError("softmax cross-entropy: " + std::to_string(targets.labels.extent(0)) +
                         " labels for " + std::to_string(logits.extent(0)) +
                         " rows (classification needs integer labels)");
-  return evaluate(logits, targets.labels, scale, dlogits);
+  accumulate(logits, targets.labels, scale, dlogits);
 }
 
 #define GPIPE_INSTANTIATE(T) template class SoftmaxCrossEntropy<T>;

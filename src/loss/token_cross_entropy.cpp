@@ -10,8 +10,8 @@
 namespace gpipe {
 
 template <class T>
-LossSums TokenCrossEntropy<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
-                                        Matrix<T> doutputs) {
+void TokenCrossEntropy<T>::accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
+                                      Matrix<T> doutputs) {
   const std::int64_t n = std::int64_t(outputs.extent(0)), tokens = targets.per_row;
   const std::int64_t width = std::int64_t(outputs.extent(1));
   if (tokens < 1 || width % tokens != 0)
@@ -31,9 +31,14 @@ LossSums TokenCrossEntropy<T>::evaluate(ConstMatrix<T> outputs, const Targets<T>
   const Matrix<T> dz = doutputs.extent(0) > 0 ? Matrix<T>(doutputs.data(), size_t(n * tokens), size_t(V))
                                               : Matrix<T>();
   const ConstLabelVector labels = Kokkos::subview(targets.labels, std::make_pair(std::int64_t(0), n * tokens));
-  LossSums sums = tokens_.evaluate(z, labels, T(double(scale) / double(tokens)), dz);
-  sums.loss /= double(tokens);  // per sample: the mean over its tokens
-  return sums;
+  // Per sample: the mean over its tokens (each micro-batch's token sum
+  // divided by T on the device, then added to the totals).
+  tokens_.accumulate(z, labels, T(double(scale) / double(tokens)), dz, double(tokens));
+}
+
+template <class T>
+LossSums TokenCrossEntropy<T>::take_sums() {
+  return tokens_.take_sums();
 }
 
 TokenMetrics token_metrics(double loss_per_token) {

@@ -6,10 +6,16 @@
 
 namespace gpipe {
 
+namespace {
+constexpr std::int64_t kMaxTensorValues = 2147483647;  // 2^31 - 1
+}  // namespace
+
 std::int64_t Shape::size() const {
   if (dims.empty()) return 0;
   std::int64_t n = 1;
-  for (auto d : dims) n *= d;
+  for (auto d : dims)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw InputError(fmt::format("shape {}: {} values overflow a 64-bit count", str(), fmt::join(dims, " x ")));
   return n;
 }
 
@@ -58,6 +64,27 @@ LayerShape layer_shape(const LayerSpec& spec, const Shape& input, std::int64_t i
   if (s.entry->parameters) s.parameters = s.entry->parameters(*s.spec.config, input);
   if (s.entry->saved) s.saved = s.entry->saved(*s.spec.config, input);
   if (s.entry->state) s.state = s.entry->state(*s.spec.config, input);
+  // Every tensor the layer's keys size (its output per sample, each
+  // parameter and state tensor, its saved state per sample) is a product of
+  // keys and input extents (channels x height x width, tokens x width,
+  // vocabulary x width, ...): checked here, before anything is allocated,
+  // against the 2^31 - 1 values a message count, an HDF5 hyperslab or a
+  // Kokkos Kernels call on one tensor may hold (as model.input's values per
+  // sample are at the deck boundary).
+  const auto check = [&](const std::vector<std::int64_t>& dims, const std::string& what) {
+    std::int64_t n = 1;
+    for (const auto d : dims)
+      if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorValues)
+        throw InputError(fmt::format("{}: layer {} ({}) on input {}: its {} would have {} values, more than "
+                                     "2^31 - 1; reduce the layer's sizes or the input",
+                                     spec.where, index, spec.type, input.str(), what, fmt::join(dims, " x ")));
+  };
+  check(s.output.dims, fmt::format("output {}", s.output.str()));
+  for (const auto& p : s.parameters)
+    check({p.rows, p.cols}, fmt::format("parameter '{}' ({} x {})", p.name, p.rows, p.cols));
+  for (const auto& p : s.state) check({p.rows, p.cols}, fmt::format("state '{}' ({} x {})", p.name, p.rows, p.cols));
+  check({s.saved.per_sample}, "saved state per sample");
+  check({s.saved.per_micro_batch}, "saved state per micro-batch");
   return s;
 }
 

@@ -232,6 +232,7 @@ LossSums Runner<T>::run_posted(const std::vector<Op>& ops, const Posts& posts) {
   }
   const Tracer::Scope wait(state_.tracer, EventKind::Wait, -1);
   for (auto& stage : stages_) stage->wait_sends();
+  for (auto& stage : stages_) sums += stage->take_loss_sums();  // the one fence for the loss sums
   return sums;
 }
 

@@ -283,7 +283,7 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
       const Matrix<T> dlogits =
           state_.training ? Matrix<T>(logit_grads_[slot].data(), mb.size, out_features_) : Matrix<T>();
       const std::int64_t N = state_.placement.global_size > 0 ? state_.placement.global_size : state_.batch_size;
-      sums += loss_->evaluate(out, targets, T(state_.loss_scale / double(N)), dlogits);
+      loss_->accumulate(out, targets, T(state_.loss_scale / double(N)), dlogits);  // read once per run
       return;
     }
   }
@@ -426,7 +426,16 @@ void Stage<T>::wait_sends() {
 }
 
 template <class T>
+LossSums Stage<T>::take_loss_sums() {
+  return loss_ ? loss_->take_sums() : LossSums();
+}
+
+template <class T>
 void Stage<T>::abandon() noexcept {
+  if (loss_) try {
+      (void)loss_->take_sums();  // a failed run's partial sums must not reach the next run's
+    } catch (...) {
+    }
   for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})
     for (auto& b : *buffers) b.cancel();
 }

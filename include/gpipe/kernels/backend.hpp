@@ -14,6 +14,12 @@
 //   onednn    oneDNN (x86 CPUs; CMake option GPIPE_ENABLE_ONEDNN, on where
 //             oneDNN is found). Host memory spaces only: on a device
 //             backend it is never chosen.
+//   cublas    cuBLAS / cuBLASLt (CUDA builds; CMake option
+//             GPIPE_ENABLE_CUBLAS, on where the Kokkos CUDA backend and
+//             CUDAToolkit are found): gemm (cublasLtMatmul), gemm_bias (its
+//             bias epilogue), batched_gemm (cublasGemmStridedBatchedEx), at
+//             float and double; deterministic choices in
+//             src/kernels/gemm_cublas.cpp. Device memory only.
 // Choice (process-wide): the deck's top-level `kernels:` key, overridden by
 // the environment variable GPIPE_KERNELS (for tests and comparisons):
 //   auto      each primitive at each precision runs the implementation that
@@ -23,6 +29,7 @@
 //   onednn    every primitive that has a oneDNN implementation at that
 //             precision runs it (the others portable). InputError in a
 //             build without oneDNN.
+//   cublas    likewise for cuBLAS; InputError in a build without it.
 
 #include <string>
 #include <vector>
@@ -33,7 +40,7 @@
 namespace gpipe::kernels {
 
 /// One implementation of the seam's primitives.
-enum class Implementation { portable, onednn };
+enum class Implementation { portable, onednn, cublas };
 
 /// The primitives behind the seam (see gemm.hpp, attention.hpp).
 enum class Primitive {
@@ -45,13 +52,13 @@ enum class Primitive {
 };
 
 /// The process-wide choice (deck key `kernels`, environment GPIPE_KERNELS).
-enum class Choice { automatic, portable, onednn };
+enum class Choice { automatic, portable, onednn, cublas };
 
-/// "portable", "onednn".
+/// "portable", "onednn", "cublas".
 const char* name(Implementation implementation);
 /// "gemm", "gemm_bias", "batched_gemm", "attention", "conv2d".
 const char* name(Primitive primitive);
-/// "auto", "portable", "onednn".
+/// "auto", "portable", "onednn", "cublas".
 const char* name(Choice choice);
 
 /// The implementations compiled into this build, portable first.
@@ -63,9 +70,9 @@ std::vector<Implementation> available();
 /// attention (through its batched GEMMs) and conv2d there).
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes);
 
-/// Parses a choice ("auto", "portable", "onednn"). Throws InputError naming
-/// `field` (e.g. "deck.yaml: kernels" or "GPIPE_KERNELS") for another word,
-/// and for "onednn" in a build without oneDNN.
+/// Parses a choice ("auto", "portable", "onednn", "cublas"). Throws
+/// InputError naming `field` (e.g. "deck.yaml: kernels" or "GPIPE_KERNELS")
+/// for another word, and for "onednn" / "cublas" in a build without it.
 Choice parse_choice(const std::string& text, const std::string& field);
 
 /// Sets the process-wide choice (not collective; every rank of a run sets
@@ -140,7 +147,8 @@ class WeightCopy {
 };
 
 /// One line for --version: the implementations built, with versions, e.g.
-/// "kernels: portable (Kokkos Kernels 3.4.1), onednn (oneDNN 2.6.3)".
+/// "kernels: portable (Kokkos Kernels 3.4.1), onednn (oneDNN 2.6.3)"; a
+/// CUDA build adds "cublas (cuBLAS 13.0.0)" or says it is not built.
 std::string build_summary();
 
 /// The choice in force and each primitive's implementation at float and

@@ -19,17 +19,27 @@ namespace gpipe {
 template <class T>
 class SoftmaxCrossEntropy final : public Loss<T> {
  public:
-  /// Loss::evaluate on targets.labels (see below); LossSums::loss sums
-  /// -log softmax(z)_label, LossSums::correct counts arg-max hits.
-  LossSums evaluate(ConstMatrix<T> logits, const Targets<T>& targets, T scale,
-                    Matrix<T> dlogits) override;
+  using Loss<T>::evaluate;
+  /// Loss::accumulate on targets.labels (see below); the sums' loss adds
+  /// -log softmax(z)_label, correct counts arg-max hits.
+  void accumulate(ConstMatrix<T> logits, const Targets<T>& targets, T scale, Matrix<T> dlogits) override;
 
   /// logits z: (n, classes); labels: (n), each in [0, classes).
   /// If dlogits has extent n (not 0), writes dL/dz = scale * (softmax(z) - onehot(label))
   /// into it; pass scale = 1/N, N the *mini-batch* size, so the loss is the
   /// mean over the mini-batch whatever its split into micro-batches (GPipe sec. 2.2).
-  /// Labels outside [0, classes) throw PipelineError.
-  LossSums evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits);
+  /// The micro-batch's loss sum, divided by `loss_divisor` (the tokens per
+  /// sample for token_cross_entropy; 1 otherwise), its hits and its labels
+  /// outside [0, classes) are added to the device totals (no fence);
+  /// take_sums() reads them and throws PipelineError for a bad label.
+  void accumulate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits,
+                  double loss_divisor = 1.0);
+  /// accumulate(logits, labels, scale, dlogits) then take_sums().
+  LossSums evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits) {
+    accumulate(logits, labels, scale, dlogits);
+    return take_sums();
+  }
+  LossSums take_sums() override;
 
   /// Row buffers for up to `rows` rows (Loss::reserve).
   void reserve(std::int64_t rows, std::int64_t classes) override;
@@ -42,9 +52,12 @@ class SoftmaxCrossEntropy final : public Loss<T> {
  private:
   Kokkos::View<double*, MemSpace> row_loss_;      // reserve(), else grown on demand
   Kokkos::View<std::int32_t*, MemSpace> row_hit_; // 1 correct, 0 wrong, -1 bad label
-  Kokkos::View<double[3], MemSpace> totals_{"gpipe::SoftmaxCrossEntropy::totals"};  // loss, hits, bad labels
+  // Running totals since the last take_sums(): loss, hits, bad labels.
+  Kokkos::View<double[3], MemSpace> totals_{"gpipe::SoftmaxCrossEntropy::totals"};
   typename Kokkos::View<double[3], MemSpace>::host_mirror_type totals_host_ =
       Kokkos::create_mirror_view(totals_);
+  std::int64_t pending_ = 0;  // accumulate() calls since the last take_sums()
+  std::int64_t classes_ = 0;  // of the last accumulate(), for the bad-label message
 };
 
 }  // namespace gpipe

@@ -58,6 +58,16 @@ struct Targets {
 };
 
 /// A loss over the model's last-layer outputs.
+///
+/// Sums stay on the device: accumulate() launches one micro-batch's loss
+/// and gradient kernels and adds its sums to device totals without a fence
+/// or a host copy; take_sums() fences once and reads every sum accumulated
+/// since the last take_sums(). A cell therefore calls accumulate() per
+/// micro-batch and take_sums() once per step (or per evaluation batch).
+/// The totals are added on the device in accumulate()'s call order, with
+/// the same double additions the host did when each micro-batch was read
+/// on its own, so the sums are bitwise those of summing evaluate() results
+/// in order (tests/unit/test_loss_optim.cpp, LossAccumulation).
 template <class T>
 class Loss {
  public:
@@ -67,22 +77,36 @@ class Loss {
   /// scale * d(loss_i)/d(outputs_i) into it; pass scale = 1/N with N the
   /// global mini-batch size, so the loss is the mean over the mini-batch
   /// whatever its split into micro-batches and shards (GPipe sec. 2.2).
-  /// Throws PipelineError for labels outside [0, outputs) or targets of the
-  /// wrong kind or shape.
-  virtual LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
-                            Matrix<T> doutputs) = 0;
+  /// Adds the rows' sums to the device totals (see the class comment);
+  /// returns before the kernels finish (on execution_space()).
+  /// Throws PipelineError at once for targets of the wrong kind or shape;
+  /// labels outside [0, outputs) are counted on the device and reported by
+  /// the next take_sums().
+  virtual void accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) = 0;
+  /// Fences execution_space() once, returns the sums accumulated since the
+  /// last take_sums() (zeros, without a fence, when there were none) and
+  /// starts new totals. Throws PipelineError when a label was outside
+  /// [0, outputs) (the totals are reset first). A caller that abandons a
+  /// step after accumulate() (an exception) calls take_sums() to drop its
+  /// partial sums.
+  virtual LossSums take_sums() = 0;
+  /// accumulate() then take_sums(): one micro-batch's sums (plus any still
+  /// pending), one fence.
+  LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) {
+    accumulate(outputs, targets, scale, doutputs);
+    return take_sums();
+  }
   /// Allocates the loss's buffers for micro-batches of up to `rows` rows of
-  /// `outputs` outputs, so that evaluate() allocates nothing (a cell calls it
-  /// at construction, before the first step). Without it buffers grow on
+  /// `outputs` outputs, so that accumulate() allocates nothing (a cell calls
+  /// it at construction, before the first step). Without it buffers grow on
   /// first use.
   virtual void reserve(std::int64_t rows, std::int64_t outputs) {
     (void)rows;
     (void)outputs;
   }
 
-  /// The execution-space instance evaluate() submits its kernels to and
-  /// fences before returning its sums (the cell's; the default instance
-  /// unless set).
+  /// The execution-space instance accumulate() submits its kernels to and
+  /// take_sums() fences (the cell's; the default instance unless set).
   const ExecSpace& execution_space() const { return space_; }
   void set_execution_space(const ExecSpace& space) { space_ = space; }
 

@@ -21,8 +21,8 @@ class RegressionLoss final : public Loss<T> {
 
   /// targets.values: (n, outputs); throws PipelineError without them or
   /// with another number of outputs.
-  LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
-                    Matrix<T> doutputs) override;
+  void accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) override;
+  LossSums take_sums() override;
   /// Row, moment and host buffers for up to `rows` rows (Loss::reserve).
   void reserve(std::int64_t rows, std::int64_t outputs) override;
 
@@ -30,8 +30,10 @@ class RegressionLoss final : public Loss<T> {
   Kind kind_;
   double delta_;
   Kokkos::View<double*, MemSpace> row_loss_;  // reserve(), else grown on demand
-  Kokkos::View<double*, MemSpace> moments_;   // 4 per output, then the loss sum
+  Kokkos::View<double*, MemSpace> moments_;   // running totals: 4 per output, then the loss sum
   typename Kokkos::View<double*, MemSpace>::host_mirror_type moments_host_;
+  std::int64_t pending_ = 0;  // accumulate() calls since the last take_sums()
+  std::int64_t outputs_ = 0;  // p of the pending totals
 };
 
 }  // namespace gpipe

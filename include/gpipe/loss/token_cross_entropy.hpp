@@ -29,8 +29,8 @@ namespace gpipe {
 template <class T>
 class TokenCrossEntropy final : public Loss<T> {
  public:
-  LossSums evaluate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale,
-                    Matrix<T> doutputs) override;
+  void accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) override;
+  LossSums take_sums() override;
 
  private:
   SoftmaxCrossEntropy<T> tokens_;

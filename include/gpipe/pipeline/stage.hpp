@@ -148,6 +148,10 @@ class Stage {
   void batch_weights(int m);
   /// Waits for this stage's sends (end of a run).
   void wait_sends();
+  /// The loss sums of the micro-batches this (sink Loss) stage evaluated since
+  /// the last call, read from the device once (Loss::take_sums: the run's one
+  /// fence for them); zero sums for a stage without the loss.
+  LossSums take_loss_sums();
   /// Cancels and frees every posted operation (a step that threw).
   void abandon() noexcept;
 
