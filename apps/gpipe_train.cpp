@@ -267,7 +267,7 @@ void print_partition(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeline
                      const gpipe::Dataset& test) {
   const std::string unit = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
   std::vector<std::int64_t> memory;
-  for (const auto& c : gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas))
+  for (const auto& c : gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas, pipeline.grid().cells))
     memory.push_back(c.total());
   gpipe::app::print_partition_table(deck, {pipeline.grid(), pipeline.partition(), pipeline.costs(), unit, bytes,
                                            memory, deck.pipeline.memory_budget});
@@ -439,7 +439,7 @@ nlohmann::json memory_report(const gpipe::Deck& deck, const gpipe::Pipeline<T>& 
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const auto cells = gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas);
+  const auto cells = gpipe::cell_memory(deck, pipeline.partition(), pipeline.grid().replicas, pipeline.grid().cells);
   const auto& c = cells.at(size_t(pipeline.grid().cell_of(rank)));
   const std::string space = gpipe::memory::device_space_name();
   const long long mine[3] = {gpipe::memory::tracking() ? (long long)gpipe::memory::peak_bytes(space) : -1LL,

@@ -1,5 +1,7 @@
 #include "gpipe/train/memory.hpp"
 
+#include "gpipe/pipeline/schedule_file.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,10 +43,10 @@ struct Term {
 
 }  // namespace
 
-std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas) {
+std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas, int cells) {
   const auto shapes = model_shapes(deck.model);
   const int S = partition.cells(), M = deck.training.micro_batches, D = replicas;
-  const int K = S / std::max(deck.pipeline.chunks, 1);
+  const int K = cells;
   const std::int64_t s = deck.precision == "double" ? 8 : 4;
   const std::int64_t shard = largest_shard(deck, D);
   const std::int64_t rows = (shard + M - 1) / M;
@@ -54,7 +56,9 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
   options.chunks = deck.pipeline.chunks;
-  const Schedule schedule = training_schedule(options, K);
+  const Schedule schedule = deck_schedule(deck, K);
+  require(schedule.stages == S, fmt::format("cell_memory: the partition has {} stages, the schedule of {} cells {}",
+                                            S, K, schedule.stages));
   const TiedLayers tied = tied_layers(deck.model);
   const auto stage_of = [&](int layer) {
     int stage = 0;

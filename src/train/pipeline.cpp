@@ -77,7 +77,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   partition_ = deck_partition(deck, S, costs_);  // by stage
   tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
   if (deck.pipeline.memory_budget > 0)  // the same verdict on every rank, from the deck
-    check_memory_budget(cell_memory(deck, partition_, D), deck.pipeline.memory_budget, shape_);
+    check_memory_budget(cell_memory(deck, partition_, D, K), deck.pipeline.memory_budget, shape_);
   CellOptions options;
   options.max_batch = shard;
   options.micro_batches = M;

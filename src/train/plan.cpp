@@ -52,14 +52,14 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));
   const std::int64_t wire = precision_policy(deck.precision).wire_bytes();
-  for (int k = 0; k < K && options.chunks == 1; ++k) {  // one stage per cell (chunks > 1: not predicted)
+  for (int k = 0; k < K && schedule.stages == K; ++k) {  // one stage per cell (several: not predicted)
     const int first = plan.partition.first_layer(k), last = first + plan.partition.counts[size_t(k)] - 1;
     std::int64_t values = 0;
     if (k + 1 < K) values += shapes[size_t(last)].output.size();  // activations forward
     if (k > 0) values += shapes[size_t(first)].input.size();     // gradients backward
     plan.boundary_bytes.push_back(options.max_batch * values * wire);
   }
-  plan.memory = cell_memory(deck, plan.partition, D);
+  plan.memory = cell_memory(deck, plan.partition, D, K);
   return plan;
 }
 

@@ -82,7 +82,7 @@ void check(const Case& c) {
       labels += " " + a.label + "=" + std::to_string(a.bytes);
     }
     peak = memory::peak_bytes(memory::device_space_name());
-    predicted = cell_memory(deck, p.partition(), p.grid().replicas);
+    predicted = cell_memory(deck, p.partition(), p.grid().replicas, p.grid().cells);
     cell = p.cell().rank();
   }
   memory::stop_tracking();
@@ -169,7 +169,7 @@ TEST(MemoryModel, TheBudgetRefusesALayoutThatDoesNotFitWithItsNumbers) {
   const std::string mlp = "[{type: dense, units: 64}, {type: relu}, {type: dense, units: 64}, {type: dense, units: 4}]";
   const Deck deck = parse_deck(test::deck_text(mlp, 6, 12, 3, "float"), "d");
   const Partition partition = deck_partition(deck, 1, {1, 1, 1, 1});
-  const auto cells = cell_memory(deck, partition, 1);
+  const auto cells = cell_memory(deck, partition, 1, 1);
   const std::int64_t need = cells[0].total();
   GridShape grid;
   EXPECT_NO_THROW(check_memory_budget(cells, need, grid));

@@ -42,10 +42,12 @@ struct CellMemory {
   std::int64_t total() const;
 };
 
-/// The device bytes of every cell of `deck` with partition `partition` and
-/// `replicas` replicas (replica 0's shard, the largest). Pure; throws
-/// InputError as model_shapes does.
-std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas);
+/// The device bytes of every cell of `deck` on `cells` ranks per pipeline,
+/// with partition `partition` over the stages of the deck's schedule
+/// (deck_schedule(deck, cells): K x chunks, 2K for the V schedules, or a
+/// schedule file's) and `replicas` replicas (replica 0's shard, the
+/// largest). Pure; throws InputError as model_shapes and deck_schedule do.
+std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition, int replicas, int cells);
 
 /// Throws InputError when a cell's total() exceeds `budget` bytes (> 0),
 /// naming the cell, its rank(s), its bytes against the budget and each term,

@@ -42,7 +42,7 @@ struct RunPlan {
   /// forward (not the last cell) plus x the cell input's values backward
   /// (not the first), at the precision policy's wire size (2 bytes a value
   /// for bf16 / fp16, exactly half of float): what the summary's
-  /// boundary_bytes_per_step measures. Empty with pipeline.chunks > 1.
+  /// boundary_bytes_per_step measures. Empty when a cell runs several stages (pipeline.chunks > 1, zb_v, dualpipe_v).
   std::vector<std::int64_t> boundary_bytes;
   /// Per cell: the device bytes a rank of it allocates (train/memory.hpp),
   /// under the deck's kernel choice (`kernels:`, which decides conv2d's
