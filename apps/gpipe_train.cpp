@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -157,21 +156,6 @@ bool outputs_writable(const gpipe::Deck& deck, const Options& options, int rank)
           deck.checkpoint.directory.empty() ? std::string(".") : deck.checkpoint.directory);
     if (!error.empty()) throw gpipe::InputError(fmt::format("{} (rank {})", error, rank));
   });
-}
-
-// Resident and peak resident memory of this process, bytes (Linux
-// /proc/self/statm; the peak from getrusage).
-std::pair<std::int64_t, std::int64_t> memory_bytes() {
-  std::int64_t rss = 0;
-  long pages = 0, resident = 0;
-  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) == 2)
-      rss = std::int64_t(resident) * std::int64_t(::sysconf(_SC_PAGESIZE));
-    std::fclose(f);
-  }
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return {rss, std::int64_t(usage.ru_maxrss) * 1024};
 }
 
 // The JSON-lines metrics stream (--metrics, docs/file-formats.md): one
@@ -417,9 +401,8 @@ nlohmann::json progress_event(const gpipe::ProgressRecord& p) {
                       {"learning_rate", p.learning_rate},
                       {"samples_per_second", figure(p.samples_per_second)}};
   if (p.regression) r["train_rmse"] = figure(p.train_rmse);
-  const auto [rss, peak] = memory_bytes();
-  r["rss_bytes"] = rss;
-  r["peak_rss_bytes"] = peak;
+  r["rss_bytes"] = gpipe::memory::rss_bytes();
+  r["peak_rss_bytes"] = gpipe::memory::peak_rss_bytes();
   return r;
 }
 
