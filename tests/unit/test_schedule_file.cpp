@@ -82,6 +82,57 @@ TEST(ScheduleFile, RoundTripsEveryGenerator) {
       }
 }
 
+// group_weights (pipeline.w_group): each stage's W ops merged N consecutive
+// micro-batches at a time, where the group's last W was; a group closes at a
+// gap in the micro-batches and at the stage's last W.
+TEST(GroupWeights, ExactOpListsAndErrors) {
+  const auto F = [](int m, int s) { return Op{OpKind::Forward, m, s}; };
+  const auto I = [](int m, int s) { return Op{OpKind::BackwardInput, m, s}; };
+  const auto W = [](int m, int s, int c = 1) { return Op{OpKind::BackwardWeights, m, s, c}; };
+  // zero_bubble(2, 4): cell 0 F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3, cell 1 F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3.
+  const Schedule two = group_weights(zero_bubble(2, 4, Remat::Never), 2);
+  EXPECT_EQ(two.ops[0], (std::vector<Op>{F(0, 0), F(1, 0), I(0, 0), F(2, 0), I(1, 0), W(0, 0, 2), F(3, 0), I(2, 0),
+                                         I(3, 0), W(2, 0, 2)}));
+  EXPECT_EQ(two.ops[1], (std::vector<Op>{F(0, 1), I(0, 1), F(1, 1), I(1, 1), F(2, 1), I(2, 1), W(0, 1, 2), F(3, 1),
+                                         I(3, 1), W(2, 1, 2)}));
+  const Schedule three = group_weights(zero_bubble(2, 4, Remat::Never), 3);
+  EXPECT_EQ(three.ops[0], (std::vector<Op>{F(0, 0), F(1, 0), I(0, 0), F(2, 0), I(1, 0), F(3, 0), I(2, 0),
+                                           W(0, 0, 3), I(3, 0), W(3, 0)}));
+  EXPECT_NO_THROW(check_schedule(three));
+  EXPECT_EQ(group_weights(zero_bubble(2, 4, Remat::Always), 1).ops, zero_bubble(2, 4, Remat::Always).ops);
+  // W ops out of micro-batch order: no group spans the gap.
+  Schedule odd = zero_bubble(1, 3, Remat::Never);
+  odd.ops[0] = {F(0, 0), F(1, 0), F(2, 0), I(0, 0), I(1, 0), I(2, 0), W(1, 0), W(0, 0), W(2, 0)};
+  EXPECT_EQ(group_weights(odd, 3).ops, odd.ops);
+  odd.ops[0] = {F(0, 0), F(1, 0), F(2, 0), I(0, 0), I(1, 0), I(2, 0), W(2, 0), W(0, 0), W(1, 0)};
+  EXPECT_EQ(group_weights(odd, 3).ops[0].back(), W(0, 0, 2));
+  try {
+    group_weights(fill_drain(2, 4, Remat::Never), 2);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v, dualpipe_v or a "
+                           "schedule file with W ops); this one has none (fill_drain's whole-batch W is one GEMM "
+                           "already)");
+  }
+  try {
+    group_weights(zero_bubble(2, 4, Remat::Never), 0);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "pipeline.w_group: 0 micro-batches per W op, expected at least 1");
+  }
+  // The buffer plan keeps each member's buffers until its group's W.
+  const CellBufferPlan p = plan_buffers(two, 0);
+  EXPECT_EQ(p.weight_group, 2);
+  EXPECT_EQ(p.micro_batch.last[0], 5);  // W(0..1) at op 5
+  EXPECT_EQ(p.micro_batch.last[1], 5);
+  EXPECT_EQ(p.weight_grad.last[0], 5);
+  EXPECT_EQ(plan_buffers(zero_bubble(2, 4, Remat::Never), 0).weight_group, 1);
+  SlotBytes bytes;
+  bytes.weight_group = 1000;
+  EXPECT_EQ(planned_bytes(p, bytes), 2000);
+  EXPECT_EQ(planned_bytes(plan_buffers(zero_bubble(2, 4, Remat::Never), 0), bytes), 0);
+}
+
 TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   const std::string good = file_text(one_f_one_b(2, 2, Remat::Never), "1f1b");
   // Lines 11.. are the ops: rank 0's F0 F1 B0 B1, then rank 1's F0 B0 F1 B1.
