@@ -56,7 +56,6 @@ struct Options {
   bool print = false;     // --print: write the schedule's op lists (a schedule file) to stdout
   std::string tune;       // --tune FILE: write the tuned zero-bubble schedule here
   int tune_in_flight = 0; // micro-batches of a rank's layers the tuned schedule may hold (0: K)
-  bool fused_w = false;   // --fused-w: price runs of consecutive W ops as one GEMM
   std::string tune_trace; // --tune-trace: tune from a gpipe-train trace's measured op times
 };
 
@@ -275,9 +274,6 @@ int main(int argc, char** argv) {
                  "With --tune: take each cell's F, I (or fused B) and W times from this gpipe-train trace "
                  "(medians of its events) instead of the cost model; one stage per cell")
       ->needs(tune_option);
-  app.add_flag("--fused-w", o.fused_w,
-               "Price each run of consecutive W ops of a stage as one weight-gradient GEMM over their stacked "
-               "rows (what a runner fusing them would run; today's runner does not)");
   app.set_version_flag("--version", [] { return gpipe::build_description(); });
   app.allow_extras();  // --kokkos-* options, with --calibrate
   try {
@@ -313,7 +309,6 @@ int main(int argc, char** argv) {
       options.costs.measured = gpipe::measured_costs(gpipe::read_costs_file(o.costs), deck, o.costs);
     options.network = network_of(o, deck);
     options.optimizer_bytes_per_s = o.optimizer_gbytes * 1e9;
-    options.fuse_weight_runs = o.fused_w;
     options.costs.synthetic = gpipe::synthetic_layers(deck);
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
     if (!o.tune.empty()) {

@@ -9,7 +9,8 @@
 #   OUT_DIR      default runs/schedules
 #   TRAIN_LIMIT  training samples per run (default 10240; a short check: 2560)
 # environment: GPIPE_TRAIN (default build/apps/gpipe-train), MPIRUN (default
-# mpirun), SCHEDULES (default "fill_drain 1f1b zero_bubble"), MICRO_BATCHES
+# mpirun), SCHEDULES (default "fill_drain 1f1b zero_bubble"; NAME:N runs
+# NAME with pipeline.w_group=N, grouped W, e.g. "zero_bubble:4"), MICRO_BATCHES
 # (default "1 2 4 8"), DECKS (default "inputs/fashion_mnist_mlp.yaml
 # inputs/deep_mlp.yaml"). One BLAS/OpenMP thread per rank. Timings are only
 # meaningful on an otherwise idle machine (issue 11: nothing else running).
@@ -33,11 +34,16 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mkdir -p "$out"
 for deck in $decks; do
   name=$(basename "$deck" .yaml)
-  for schedule in $schedules; do
+  for spec in $schedules; do
+    schedule=${spec%%:*}
+    group=1
+    [ "$spec" = "$schedule" ] || group=${spec#*:}
+    suffix=""
+    [ "$group" = 1 ] || suffix="_w${group}"
     for m in $mbs; do
-      run="$out/${name}_${schedule}_M${m}"
-      echo "$name $schedule M=$m -> $run.json"
-      "${launcher[@]}" -n 2 "$bin" "$deck" --quiet --set "pipeline.schedule=$schedule" \
+      run="$out/${name}_${schedule}${suffix}_M${m}"
+      echo "$name $schedule w_group=$group M=$m -> $run.json"
+      "${launcher[@]}" -n 2 "$bin" "$deck" --quiet --set "pipeline.schedule=$schedule" --set "pipeline.w_group=$group" \
         --set "training.micro_batches=$m" --set parallel.cells=2 --set training.epochs=1 \
         --set "data.train_limit=$limit" --set data.test_limit=256 \
         --summary "$run.json" --trace "$run.h5" "$@" >"$run.log" 2>&1 ||

@@ -65,12 +65,14 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int stage) {
   // The stage's rank; a hand-written schedule without a stage map is one
   // stage per rank, every op of the rank the stage's.
   const bool mapped = !schedule.rank_of_stage.empty();
+  if (mapped && (stage < 0 || stage >= int(schedule.rank_of_stage.size())))
+    throw InputError(fmt::format("schedule: stage {} outside 0..{}", stage, int(schedule.rank_of_stage.size()) - 1));
   const int cell = mapped ? schedule.rank_of_stage.at(size_t(stage)) : stage;
   const auto& ops = schedule.ops.at(size_t(cell));
   const auto mine = [&](const Op& op) { return !mapped || op.stage == stage; };
   std::vector<int> forward(size_t(M), -1), recompute(size_t(M), -1), backward(size_t(M), -1),
       weights(size_t(M), -1);
-  int batch_weights = -1;
+  int batch_weights = -1, weight_group = 1;
   for (int i = 0; i < int(ops.size()); ++i) {
     const Op& op = ops[size_t(i)];
     if (!mine(op)) continue;
@@ -78,23 +80,30 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int stage) {
       batch_weights = i;
       continue;
     }
-    const auto m = size_t(op.micro_batch);
-    if (op.kind != OpKind::Forward && forward[m] < 0)
-      throw InputError(fmt::format("schedule: cell {} runs an op of micro-batch {} before its "
-                                   "forward",
-                                   cell, op.micro_batch));
-    if (op.kind == OpKind::BackwardWeights && backward[m] < 0)
-      throw InputError(fmt::format("schedule: cell {} runs the W op of micro-batch {} before its "
-                                   "B op",
-                                   cell, op.micro_batch));
-    switch (op.kind) {
-      case OpKind::Forward: forward[m] = i; break;
-      case OpKind::Recompute: recompute[m] = i; break;
-      case OpKind::Backward:
-      case OpKind::BackwardInput: backward[m] = i; break;
-      case OpKind::BackwardWeights: weights[m] = i; break;
-      case OpKind::BatchWeights: break;
+    if (op.count < 1 || op.micro_batch < 0 || op.end() > M || (op.count > 1 && op.kind != OpKind::BackwardWeights))
+      throw InputError(fmt::format("schedule: cell {} runs {} ops of micro-batches {}..{} (only a W op covers more "
+                                   "than one, all within 0..{})",
+                                   cell, op_letter(op.kind), op.micro_batch, op.end() - 1, M - 1));
+    for (int q = op.micro_batch; q < op.end(); ++q) {
+      const auto m = size_t(q);
+      if (op.kind != OpKind::Forward && forward[m] < 0)
+        throw InputError(fmt::format("schedule: cell {} runs an op of micro-batch {} before its "
+                                     "forward",
+                                     cell, q));
+      if (op.kind == OpKind::BackwardWeights && backward[m] < 0)
+        throw InputError(fmt::format("schedule: cell {} runs the W op of micro-batch {} before its "
+                                     "B op",
+                                     cell, q));
+      switch (op.kind) {
+        case OpKind::Forward: forward[m] = i; break;
+        case OpKind::Recompute: recompute[m] = i; break;
+        case OpKind::Backward:
+        case OpKind::BackwardInput: backward[m] = i; break;
+        case OpKind::BackwardWeights: weights[m] = i; break;
+        case OpKind::BatchWeights: break;
+      }
     }
+    if (op.kind == OpKind::BackwardWeights) weight_group = std::max(weight_group, op.count);
   }
   // Without re-materialization the whole-batch W reads every micro-batch's
   // kept layer inputs (and received cell input): they live until it.
@@ -137,6 +146,7 @@ CellBufferPlan plan_buffers(const Schedule& schedule, int stage) {
   }
   CellBufferPlan plan;
   plan.batch_weights = batch_weights;
+  plan.weight_group = weight_group;
   plan.micro_batch = pool(whole);
   plan.input_grad = pool(input_grad);
   plan.weight_grad = pool(weight_grad);
@@ -159,7 +169,8 @@ std::int64_t planned_bytes(const CellBufferPlan& plan, const SlotBytes& bytes) {
          std::int64_t(plan.activations.slots) * bytes.activations +
          std::int64_t(plan.input_grad.slots) * bytes.input_grad +
          std::int64_t(plan.weight_grad.slots) * bytes.weight_grad + bytes.fixed +
-         (plan.batch_weights >= 0 ? bytes.batch_weights : 0);
+         (plan.batch_weights >= 0 ? bytes.batch_weights : 0) +
+         (plan.weight_group > 1 ? std::int64_t(plan.weight_group) * bytes.weight_group : 0);
 }
 
 }  // namespace gpipe

@@ -45,6 +45,11 @@ void check_schedule(const Schedule& schedule, const Partition& partition, int ra
       require(op.micro_batch >= 0 && op.micro_batch < schedule.micro_batches,
               fmt::format("schedule: op {} of rank {} names micro-batch {}, outside 0..{}", i, k, op.micro_batch,
                           schedule.micro_batches - 1));
+      require(op.count >= 1 && op.end() <= schedule.micro_batches &&
+                  (op.count == 1 || op.kind == OpKind::BackwardWeights),
+              fmt::format("schedule: op {} of rank {} ({} of micro-batches {}..{}) covers micro-batches outside "
+                          "0..{} or is not a W op",
+                          i, k, op_letter(op.kind), op.micro_batch, op.end() - 1, schedule.micro_batches - 1));
     }
 }
 }  // namespace
@@ -225,7 +230,7 @@ LossSums Runner<T>::run_posted(const std::vector<Op>& ops, const Posts& posts) {
       case OpKind::Recompute: stage.forward(op.micro_batch, false, sums); break;
       case OpKind::Backward: stage.backward(op.micro_batch, false); break;
       case OpKind::BackwardInput: stage.backward(op.micro_batch, true); break;
-      case OpKind::BackwardWeights: stage.backward_weights(op.micro_batch); break;
+      case OpKind::BackwardWeights: stage.backward_weights(op.micro_batch, op.count); break;
       case OpKind::BatchWeights: stage.batch_weights(op.micro_batch); break;
     }
     for (const auto& [st, m] : posts[i + 1]) stages_[size_t(st)]->post_receives(m);

@@ -199,6 +199,61 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
   return fill_drain(cells, micro_batches, remat);
 }
 
+Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks, int w_group) {
+  return group_weights(make_schedule(kind, cells, micro_batches, remat, chunks), w_group);
+}
+
+Schedule group_weights(const Schedule& schedule, int group) {
+  if (group < 1) throw InputError(fmt::format("pipeline.w_group: {} micro-batches per W op, expected at least 1", group));
+  if (group == 1) return schedule;
+  Schedule out = schedule;
+  bool any = false;
+  for (size_t r = 0; r < schedule.ops.size(); ++r) {
+    const auto& ops = schedule.ops[r];
+    // [stage]: the open group (its first micro-batch and count), -1: none.
+    std::vector<int> first(size_t(schedule.stages), -1), count(size_t(schedule.stages), 0);
+    std::vector<bool> keep(ops.size(), true);
+    std::vector<Op> merged(ops.size());
+    // [stage]: position of its last W (a group closes there at the latest).
+    std::vector<int> last_w(size_t(schedule.stages), -1);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == OpKind::BackwardWeights) last_w[size_t(ops[i].stage)] = int(i);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.kind != OpKind::BackwardWeights) continue;
+      any = true;
+      const auto st = size_t(op.stage);
+      keep[i] = false;  // folded into its group's op
+      if (first[st] < 0) first[st] = op.micro_batch, count[st] = 0;
+      count[st] += op.count;
+      // Close here when the group is full, at the stage's last W, or when its
+      // next W (in list order) does not continue it.
+      bool close = count[st] >= group || int(i) == last_w[st];
+      if (!close)
+        for (size_t j = i + 1; j < ops.size(); ++j)
+          if (ops[j].kind == OpKind::BackwardWeights && ops[j].stage == op.stage) {
+            close = ops[j].micro_batch != first[st] + count[st] || count[st] + ops[j].count > group;
+            break;
+          }
+      if (close) {
+        keep[i] = true;
+        merged[i] = {OpKind::BackwardWeights, first[st], op.stage, count[st]};
+        first[st] = -1;
+      }
+    }
+    auto& list = out.ops[r];
+    list.clear();
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (keep[i]) list.push_back(ops[i].kind == OpKind::BackwardWeights ? merged[i] : ops[i]);
+  }
+  if (!any)
+    throw InputError(fmt::format("pipeline.w_group: {} needs a schedule with W ops (zero_bubble, zb_v, dualpipe_v "
+                                 "or a schedule file with W ops); this one has none (fill_drain's whole-batch W "
+                                 "is one GEMM already)",
+                                 group));
+  return out;
+}
+
 Schedule forward_only(const Schedule& training, int micro_batches) {
   Schedule s = blank(training.cells, micro_batches, Remat::Never);
   s.stages = training.stages;

@@ -9,6 +9,7 @@
 namespace gpipe {
 
 std::string to_string(const Op& op) {
+  if (op.count != 1) return fmt::format("{}({}..{}) of stage {}", op_letter(op.kind), op.micro_batch, op.end() - 1, op.stage);
   return fmt::format("{}({}) of stage {}", op_letter(op.kind), op.micro_batch, op.stage);
 }
 
@@ -93,53 +94,61 @@ void check_schedule(const Schedule& s, const std::string& source) {
       const int kind = kind_index(op.kind);
       if (kind < 0) bad("an op kind the checker has no rule for");
       if (op.micro_batch < 0 || op.micro_batch >= M) bad(fmt::format("micro-batch outside 0..{}", M - 1));
+      if (op.count != 1 && kind != kW) bad("only a W op covers more than one micro-batch (count)");
+      if (op.count < 1 || op.end() > M)
+        bad(fmt::format("covers micro-batches {}..{}, outside 0..{}", op.micro_batch, op.end() - 1, M - 1));
       if (op.stage < 0 || op.stage >= S) bad(fmt::format("stage outside 0..{}", S - 1));
-      const int m = op.micro_batch, st = op.stage;
+      const int st = op.stage;
       if (s.rank_of_stage[size_t(st)] != r)
         bad(fmt::format("the stage map puts stage {} on rank {}", st, s.rank_of_stage[size_t(st)]));
-      const int slot_m = kind == kG ? 0 : m;
-      const Where& first = where(kind, st, slot_m);
-      if (first.exists()) bad(fmt::format("runs twice (first at rank {}, op {})", first.rank, first.pos));
-      const auto before = [&](int dep_kind, int dep_stage, const std::string& why) {
-        if (!where(dep_kind, dep_stage, m).exists())
-          bad(fmt::format("runs before {} {}", to_string(Op{kind_of_index(dep_kind), m, dep_stage}), why));
-      };
-      switch (kind) {
-        case kF:
-          if (st > 0 && s.rank_of_stage[size_t(st - 1)] == r)
-            before(kF, st - 1, "(its input, on the same rank)");
-          break;
-        case kR:
-          if (!s.rematerialized[size_t(m)]) bad(fmt::format("micro-batch {} is not re-materialized", m));
-          before(kF, st, "(the forward it recomputes)");
-          break;
-        case kB:
-        case kI: {
-          training = true;
-          const int other = kind == kB ? kI : kB;
-          if (where(other, st, m).exists())
-            bad(fmt::format("stage {} already runs {} of micro-batch {} (a stage runs B, or I and W)", st,
-                            other == kB ? "B" : "I", m));
-          before(kF, st, "(its own forward)");
-          if (s.rematerialized[size_t(m)]) before(kR, st, "(micro-batch re-materialized)");
-          if (st + 1 < S && s.rank_of_stage[size_t(st + 1)] == r && !where(kB, st + 1, m).exists())
-            before(kI, st + 1, "(its output gradient, on the same rank)");
-          break;
+      // A grouped W is checked (and recorded) for each micro-batch it covers.
+      for (int m = op.micro_batch; m < op.end(); ++m) {
+        const int slot_m = kind == kG ? 0 : m;
+        const Where& first = where(kind, st, slot_m);
+        if (first.exists())
+          bad(fmt::format("runs {}twice (first at rank {}, op {})",
+                          op.count > 1 ? fmt::format("micro-batch {} ", m) : std::string(), first.rank, first.pos));
+        const auto before = [&](int dep_kind, int dep_stage, const std::string& why) {
+          if (!where(dep_kind, dep_stage, m).exists())
+            bad(fmt::format("runs before {} {}", to_string(Op{kind_of_index(dep_kind), m, dep_stage}), why));
+        };
+        switch (kind) {
+          case kF:
+            if (st > 0 && s.rank_of_stage[size_t(st - 1)] == r)
+              before(kF, st - 1, "(its input, on the same rank)");
+            break;
+          case kR:
+            if (!s.rematerialized[size_t(m)]) bad(fmt::format("micro-batch {} is not re-materialized", m));
+            before(kF, st, "(the forward it recomputes)");
+            break;
+          case kB:
+          case kI: {
+            training = true;
+            const int other = kind == kB ? kI : kB;
+            if (where(other, st, m).exists())
+              bad(fmt::format("stage {} already runs {} of micro-batch {} (a stage runs B, or I and W)", st,
+                              other == kB ? "B" : "I", m));
+            before(kF, st, "(its own forward)");
+            if (s.rematerialized[size_t(m)]) before(kR, st, "(micro-batch re-materialized)");
+            if (st + 1 < S && s.rank_of_stage[size_t(st + 1)] == r && !where(kB, st + 1, m).exists())
+              before(kI, st + 1, "(its output gradient, on the same rank)");
+            break;
+          }
+          case kW:
+            training = true;
+            before(kI, st, "(the W of a split backward follows its I)");
+            break;
+          case kG:
+            training = true;
+            for (int q = 0; q < M; ++q)
+              if (!where(kB, st, q).exists() && !where(kI, st, q).exists())
+                bad(fmt::format("runs before {} (the whole-batch W follows every backward of its stage)",
+                                to_string(Op{OpKind::Backward, q, st})));
+            break;
+          default: break;
         }
-        case kW:
-          training = true;
-          before(kI, st, "(the W of a split backward follows its I)");
-          break;
-        case kG:
-          training = true;
-          for (int q = 0; q < M; ++q)
-            if (!where(kB, st, q).exists() && !where(kI, st, q).exists())
-              bad(fmt::format("runs before {} (the whole-batch W follows every backward of its stage)",
-                              to_string(Op{OpKind::Backward, q, st})));
-          break;
-        default: break;
+        at[index(kind, st, slot_m)] = {r, i};
       }
-      at[index(kind, st, slot_m)] = {r, i};
     }
   }
 
@@ -178,7 +187,7 @@ void check_schedule(const Schedule& s, const std::string& source) {
         const int dep = dependency(op);
         if (dep >= 0 && !done[size_t(dep)]) break;
         const int kind = kind_index(op.kind);
-        done[index(kind, op.stage, kind == kG ? 0 : op.micro_batch)] = true;
+        for (int m = op.micro_batch; m < op.end(); ++m) done[index(kind, op.stage, kind == kG ? 0 : m)] = true;
         ++next[size_t(r)];
         progress = true;
       }

@@ -47,7 +47,8 @@ OpKind kind_of(const std::string& letter, bool& ok) {
 
 void write_schedule(std::ostream& out, const Schedule& s, const std::string& name) {
   out << "# gpipe schedule (docs/file-formats.md, \"Schedule files\"): ops as [rank, stage, kind, micro-batch],\n"
-      << "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half\n";
+      << "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half, G whole-batch W;"
+      << " a grouped W [rank, stage, W, first micro-batch, count]\n";
   out << "format: " << kFormat << "\n";
   out << "name: " << (name.empty() ? "unnamed" : name) << "\n";
   out << fmt::format("cells: {}\nstages: {}\nmicro_batches: {}\n", s.cells, s.stages, s.micro_batches);
@@ -57,7 +58,9 @@ void write_schedule(std::ostream& out, const Schedule& s, const std::string& nam
   out << "]\nops:\n";
   for (size_t r = 0; r < s.ops.size(); ++r)
     for (const Op& op : s.ops[r])
-      out << fmt::format("  - [{}, {}, {}, {}]\n", r, op.stage, op_letter(op.kind), op.micro_batch);
+      out << (op.count == 1 ? fmt::format("  - [{}, {}, {}, {}]\n", r, op.stage, op_letter(op.kind), op.micro_batch)
+                            : fmt::format("  - [{}, {}, {}, {}, {}]\n", r, op.stage, op_letter(op.kind),
+                                          op.micro_batch, op.count));
 }
 
 Schedule parse_schedule_file(const std::string& text, const std::string& source) {
@@ -107,18 +110,25 @@ Schedule parse_schedule_file(const std::string& text, const std::string& source)
   for (size_t i = 0; i < ops.size(); ++i) {
     const YAML::Node op = ops[i];
     const std::string field = fmt::format("ops[{}]", i);
-    if (!op.IsSequence() || op.size() != 4)
-      throw InputError(fmt::format("{}: {}: expected [rank, stage, kind, micro-batch]", where(source, op), field));
+    if (!op.IsSequence() || (op.size() != 4 && op.size() != 5))
+      throw InputError(fmt::format("{}: {}: expected [rank, stage, kind, micro-batch] or, a grouped W, [rank, "
+                                   "stage, W, first micro-batch, count]",
+                                   where(source, op), field));
     const int rank = as<int>(op[0], source, field + " rank", "an integer");
     const int stage = as<int>(op[1], source, field + " stage", "an integer");
     const auto letter = as<std::string>(op[2], source, field + " kind", "F, R, B, I or W");
     const int m = as<int>(op[3], source, field + " micro-batch", "an integer");
+    const int count = op.size() == 5 ? as<int>(op[4], source, field + " count", "an integer") : 1;
     bool ok = false;
     const OpKind kind = kind_of(letter, ok);
     if (!ok) throw InputError(fmt::format("{}: {} kind: expected F, R, B, I or W, got '{}'", where(source, op[2]), field, letter));
     if (rank < 0 || rank >= s.cells)
       throw InputError(fmt::format("{}: {} rank: {} outside 0..{}", where(source, op[0]), field, rank, s.cells - 1));
-    s.ops[size_t(rank)].push_back({kind, m, stage});
+    if (op.size() == 5 && (kind != OpKind::BackwardWeights || count < 1))
+      throw InputError(fmt::format("{}: {} count: a count (micro-batches covered) needs kind W and at least 1, got "
+                                   "{} with count {}",
+                                   where(source, op[4]), field, letter, count));
+    s.ops[size_t(rank)].push_back({kind, m, stage, count});
   }
   check_schedule(s, source);
   return s;
@@ -135,11 +145,16 @@ Schedule load_schedule(const std::string& path) {
 Schedule deck_schedule(const Deck& deck, int cells) {
   const int M = deck.training.micro_batches;
   if (deck.pipeline.schedule_file.empty()) {
-    Schedule s = make_schedule(deck.pipeline.schedule, cells, M, deck.pipeline.remat, deck.pipeline.chunks);
+    Schedule s = make_schedule(deck.pipeline.schedule, cells, M, deck.pipeline.remat, deck.pipeline.chunks,
+                               deck.pipeline.w_group);
     check_schedule(s, "pipeline.schedule " + to_string(deck.pipeline.schedule));
     return s;
   }
   const std::string& path = deck.pipeline.schedule_file;
+  if (deck.pipeline.w_group != 1)
+    throw InputError(fmt::format("{}: pipeline.w_group: {} does not apply to a schedule file (write its grouped W ops "
+                                 "into the file, e.g. with gpipe-plan --set pipeline.w_group={} --print)",
+                                 path, deck.pipeline.w_group, deck.pipeline.w_group));
   Schedule s = load_schedule(path);
   if (s.cells != cells || s.micro_batches != M)
     throw InputError(fmt::format("{}: pipeline.schedule_file: the schedule is for {} ranks and {} micro-batches, "

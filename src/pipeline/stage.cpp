@@ -11,7 +11,8 @@ namespace gpipe {
 
 Schedule training_schedule(const CellOptions& options, int cells) {
   if (options.custom_schedule.cells > 0) return options.custom_schedule;
-  return make_schedule(options.schedule, cells, options.micro_batches, options.remat, options.chunks);
+  return make_schedule(options.schedule, cells, options.micro_batches, options.remat, options.chunks,
+                       options.w_group);
 }
 
 std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
@@ -36,7 +37,21 @@ std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const
   for (int l = 0; l + 1 < count; ++l)
     if (layer(l).entry && layer(l).entry->splits_backward) slot.weight_grad += bytes(rows, layer(l).output.size());
   slot.batch_weights = batch_weight_bytes(shapes, partition, stage, options, scalar_bytes);
+  slot.weight_group = weight_group_bytes(shapes, partition, stage, rows, scalar_bytes);
   return planned_bytes(plan_buffers(schedule, stage), slot);
+}
+
+std::int64_t weight_group_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
+                                std::int64_t rows, std::int64_t scalar_bytes) {
+  const int first = partition.first_layer(stage), count = partition.counts.at(size_t(stage));
+  std::int64_t widest_in = 0, widest_out = 0;
+  for (int l = first; l < first + count; ++l) {
+    const LayerShape& s = shapes.at(size_t(l));
+    if (!s.entry || !s.entry->splits_backward || !s.entry->whole_batch_weights) continue;
+    widest_out = std::max(widest_out, s.output.size());
+    if (!(stage == 0 && l == 0)) widest_in = std::max(widest_in, s.input.size());
+  }
+  return rows * (widest_in + widest_out) * scalar_bytes;
 }
 
 std::int64_t batch_weight_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
@@ -128,6 +143,19 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
       if (batch_w_[size_t(l)])
         batch_x_[size_t(l)] = Matrix<T>(batch_x_shared_.data(), options.max_batch, layers_[size_t(l)]->in_features());
   }
+
+  // The grouped W's stacking buffers (weight_group_bytes counts the same):
+  // one stacked input and one stacked output gradient, reused layer by layer.
+  std::int64_t group_in = 0, group_out = 0;
+  for (int l = 0; l < count; ++l) {
+    group_w_.push_back(plan.weight_group > 1 && splits_[size_t(l)] && layers_[size_t(l)]->whole_batch_weights());
+    if (!group_w_.back()) continue;
+    group_out = std::max(group_out, layers_[size_t(l)]->out_features());
+    if (!(l == 0 && batch_source)) group_in = std::max(group_in, layers_[size_t(l)]->in_features());
+  }
+  if (group_in > 0) group_x_ = Vector<T>(uninitialized("gpipe::Cell::group_x"), plan.weight_group * rows * group_in);
+  if (group_out > 0)
+    group_dy_ = Vector<T>(uninitialized("gpipe::Cell::group_dy"), plan.weight_group * rows * group_out);
 
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!batch_source)
@@ -393,28 +421,56 @@ void Stage<T>::batch_weights(int m) {
 }
 
 template <class T>
-void Stage<T>::backward_weights(int m) {
-  const auto n = state_.split[size_t(m)].size;
-  const PassContext ctx{state_.seed, state_.step, state_.placement.offset + state_.split[size_t(m)].offset, true,
-                        false, options_.space};
-  const bool final_gradients = state_.training && m == last_weights_;
-  const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
-  activation_slot_[size_t(m)] = plan_->activations.slot[size_t(m)];
+void Stage<T>::backward_weights(int m, int count) {
+  const int end = m + count;
+  const auto& first_mb = state_.split[size_t(m)];
+  const PassContext ctx{state_.seed, state_.step, state_.placement.offset + first_mb.offset, true, false,
+                        options_.space};
+  const bool final_gradients = state_.training && last_weights_ >= m && last_weights_ < end;
+  for (int q = m; q < end; ++q) activation_slot_[size_t(q)] = plan_->activations.slot[size_t(q)];
   const Tracer::Scope compute(state_.tracer, EventKind::BackwardWeights, m);
-  const int count = int(layers_.size());
-  for (int l = count - 1; l >= 0; --l) {
-    if (!splits_[size_t(l)]) continue;
-    ConstMatrix<T> dy;
-    if (l + 1 < count) {
-      const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l)];
-      dy = Matrix<T>(kept.data(), n, kept.extent(1));
-    } else if (links_.sink == StageSink::Loss) {
-      dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
-    } else {
-      dy = output_grads_[slot].rows(n);  // waited for by the B op
+  const int layers = int(layers_.size());
+  // dL/dy of layer l for micro-batch q, as the B op left it.
+  const auto output_grad = [&](int q, int l) -> ConstMatrix<T> {
+    const auto n = state_.split[size_t(q)].size;
+    const auto slot = size_t(plan_->micro_batch.slot[size_t(q)]);
+    if (l + 1 < layers) {
+      const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(q)])][size_t(l)];
+      return Matrix<T>(kept.data(), n, kept.extent(1));
     }
-    layers_[size_t(l)]->backward_weights(state_.gradient_context(ctx, local_offset_ + l), layer_input(m, l), dy,
-                                         layer_saved(m, l));
+    if (links_.sink == StageSink::Loss) return Matrix<T>(logit_grads_[slot].data(), n, out_features_);
+    return output_grads_[slot].rows(n);  // waited for by the B op
+  };
+  for (int l = layers - 1; l >= 0; --l) {
+    if (!splits_[size_t(l)]) continue;
+    if (count > 1 && group_w_[size_t(l)]) {
+      // One pass over the group's rows, stacked in micro-batch order (the
+      // micro-batches of a split are consecutive rows of the mini-batch).
+      const std::int64_t begin_row = first_mb.offset;
+      const std::int64_t rows = state_.split[size_t(end - 1)].offset + state_.split[size_t(end - 1)].size - begin_row;
+      const std::int64_t in = layers_[size_t(l)]->in_features(), out = layers_[size_t(l)]->out_features();
+      const Matrix<T> dy(group_dy_.data(), rows, out);
+      const bool from_batch = l == 0 && links_.source == StageSource::Batch;
+      const Matrix<T> stacked_x(from_batch ? nullptr : group_x_.data(), from_batch ? 0 : rows, in);
+      for (int q = m; q < end; ++q) {
+        const auto& mb = state_.split[size_t(q)];
+        const auto at = std::make_pair(mb.offset - begin_row, mb.offset - begin_row + mb.size);
+        Kokkos::deep_copy(options_.space, Kokkos::subview(dy, at, Kokkos::ALL), output_grad(q, l));
+        if (!from_batch) Kokkos::deep_copy(options_.space, Kokkos::subview(stacked_x, at, Kokkos::ALL), layer_input(q, l));
+      }
+      const ConstMatrix<T> x =
+          from_batch ? ConstMatrix<T>(Kokkos::subview(state_.batch_inputs, std::make_pair(begin_row, begin_row + rows),
+                                                      Kokkos::ALL))
+                     : ConstMatrix<T>(stacked_x);
+      layers_[size_t(l)]->backward_weights(state_.gradient_context(ctx, local_offset_ + l), x, dy, SavedView<T>());
+    } else {
+      for (int q = m; q < end; ++q) {
+        const PassContext c{state_.seed, state_.step, state_.placement.offset + state_.split[size_t(q)].offset, true,
+                            false, options_.space};
+        layers_[size_t(l)]->backward_weights(state_.gradient_context(c, local_offset_ + l), layer_input(q, l),
+                                             output_grad(q, l), layer_saved(q, l));
+      }
+    }
     if (final_gradients) state_.gradient_final(local_offset_ + l);
   }
 }

@@ -77,9 +77,12 @@ Deck partitioned_deck(const Deck& deck, int ranks, const PredictOptions& options
 struct CellLayers {
   std::vector<const LayerShape*> layers;
   std::vector<bool> splits;
+  std::vector<bool> whole;  // [l] splits and whole_batch_weights (a stacked W over several micro-batches)
+  bool batch_weights = false;  // the stage runs a BatchWeights op (fill_drain's whole-batch W)
 };
 
-// The op durations of one micro-batch of `rows` on a cell.
+// The op durations of one micro-batch of `rows` on a cell. With a
+// BatchWeights op the B op leaves the whole-batch layers' W to it.
 OpSeconds op_seconds(const CellLayers& cell, const CostSource& costs, std::int64_t rows) {
   OpSeconds s;
   const size_t c = cell.layers.size();
@@ -87,11 +90,20 @@ OpSeconds op_seconds(const CellLayers& cell, const CostSource& costs, std::int64
     const LayerSeconds t = costs.seconds(*cell.layers[l], rows);
     s.forward += t.forward;
     if (l + 1 < c) s.recompute += t.forward;
-    s.backward += t.backward_input + t.backward_weights;
+    s.backward += t.backward_input + (cell.batch_weights && cell.whole[l] ? 0.0 : t.backward_weights);
     s.backward_input += t.backward_input + (cell.splits[l] ? 0.0 : t.backward_weights);
     s.backward_weights += cell.splits[l] ? t.backward_weights : 0.0;
   }
   return s;
+}
+
+// Seconds of the whole_batch_weights layers' W over `rows` stacked rows
+// (one GEMM each: a BatchWeights op, or a grouped W's stacked part).
+double stacked_weights(const CellLayers& cell, const CostSource& costs, std::int64_t rows) {
+  double w = 0;
+  for (size_t l = 0; l < cell.layers.size(); ++l)
+    if (cell.whole[l]) w += costs.seconds(*cell.layers[l], rows).backward_weights;
+  return w;
 }
 
 // The gradient buckets of one cell as GradientReducer forms them (from the
@@ -110,20 +122,34 @@ std::vector<BucketSpec> cell_buckets(const CellLayers& cell, const std::vector<O
     for (int l = 0; l < c; ++l) {
       const OpKind k = ops[size_t(i)].kind;
       const bool split = cell.splits[size_t(l)];
-      if (k == OpKind::Backward || (k == OpKind::BackwardInput && !split) || (k == OpKind::BackwardWeights && split))
+      const bool batch = cell.batch_weights && cell.whole[size_t(l)];  // its W in the BatchWeights op
+      if ((k == OpKind::Backward && !batch) || (k == OpKind::BackwardInput && !split) ||
+          (k == OpKind::BackwardWeights && split) || (k == OpKind::BatchWeights && batch))
         final_op[size_t(l)] = i;
     }
+  std::int64_t total_rows = 0;
+  for (const auto r : rows) total_rows += r;
   for (int l = 0; l < c; ++l) {
     const int i = final_op[size_t(l)];
     if (i < 0) continue;
     const Op& op = ops[size_t(i)];
+    std::int64_t op_rows = 0;  // rows the op covers (a grouped W: its micro-batches'; G: the batch's)
+    for (int m = op.micro_batch; m < op.end(); ++m) op_rows += rows[size_t(m)];
+    if (op.kind == OpKind::BatchWeights) op_rows = total_rows;
     double t = 0;
     for (int j = c - 1; j >= l; --j) {
-      const LayerSeconds s = costs.seconds(*cell.layers[size_t(j)], rows[size_t(op.micro_batch)]);
-      const bool split = cell.splits[size_t(j)];
-      if (op.kind == OpKind::Backward) t += s.backward_input + s.backward_weights;
+      const bool split = cell.splits[size_t(j)], whole = cell.whole[size_t(j)];
+      const bool batch = cell.batch_weights && whole;
+      const LayerSeconds s = costs.seconds(*cell.layers[size_t(j)], op_rows);
+      if (op.kind == OpKind::Backward) t += s.backward_input + (batch ? 0.0 : s.backward_weights);
       if (op.kind == OpKind::BackwardInput) t += s.backward_input + (split ? 0.0 : s.backward_weights);
-      if (op.kind == OpKind::BackwardWeights) t += split ? s.backward_weights : 0.0;
+      if (op.kind == OpKind::BatchWeights) t += batch ? s.backward_weights : 0.0;
+      if (op.kind == OpKind::BackwardWeights && split) {
+        if (whole || op.count == 1) t += s.backward_weights;  // one pass over the op's rows
+        else
+          for (int m = op.micro_batch; m < op.end(); ++m)  // one pass per micro-batch
+            t += costs.seconds(*cell.layers[size_t(j)], rows[size_t(m)]).backward_weights;
+      }
     }
     offset[size_t(l)] = t;
   }
@@ -208,8 +234,12 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
     for (int l = first; l < first + count; ++l) {
       cell.layers.push_back(&shapes[size_t(l)]);
       cell.splits.push_back(shapes[size_t(l)].entry && shapes[size_t(l)].entry->splits_backward);
+      cell.whole.push_back(cell.splits.back() && shapes[size_t(l)].entry->whole_batch_weights);
       params[size_t(in.schedule.rank_of_stage[size_t(st)])] += shapes[size_t(l)].parameter_count();
     }
+    const int rank = in.schedule.rank_of_stage[size_t(st)];
+    for (const Op& op : in.schedule.ops[size_t(rank)])
+      if (op.stage == st && op.kind == OpKind::BatchWeights) cell.batch_weights = true;
     std::vector<OpSeconds> per_mb;
     for (int m = 0; m < M; ++m)
       per_mb.push_back(m > 0 && rows[size_t(m)] == rows[size_t(m - 1)] ? per_mb.back()
@@ -225,20 +255,25 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
       in.boundary_bytes.push_back(bytes);
     }
   }
-  if (options.fuse_weight_runs)
-    for (const auto& ops : in.schedule.ops)
-      for (size_t i = 0; i < ops.size();) {
-        size_t j = i;
-        std::int64_t total = 0;
-        while (j < ops.size() && ops[j].kind == OpKind::BackwardWeights && ops[j].stage == ops[i].stage)
-          total += rows[size_t(ops[j].micro_batch)], ++j;
-        if (j - i > 1) {
-          const CellLayers& cell = stage_layers[size_t(ops[i].stage)];
-          const double w = op_seconds(cell, options.costs, total).backward_weights / double(j - i);
-          for (size_t q = i; q < j; ++q) in.seconds[size_t(ops[q].stage)][size_t(ops[q].micro_batch)].backward_weights = w;
-        }
-        i = std::max(j, i + 1);
-      }
+  // The whole-batch W (BatchWeights) over the shard's rows, booked on its
+  // op's micro-batch; a grouped W: the stacked layers' W over the group's
+  // rows shared equally by its micro-batches, the other splitting layers'
+  // W per micro-batch (simulate_step sums the group's shares).
+  std::int64_t total_rows = 0;
+  for (const auto r : rows) total_rows += r;
+  for (const auto& ops : in.schedule.ops)
+    for (const Op& op : ops) {
+      const CellLayers& cell = stage_layers[size_t(op.stage)];
+      auto& sec = in.seconds[size_t(op.stage)];
+      if (op.kind == OpKind::BatchWeights) sec[size_t(op.micro_batch)].batch_weights = stacked_weights(cell, options.costs, total_rows);
+      if (op.kind != OpKind::BackwardWeights || op.count == 1) continue;
+      std::int64_t group_rows = 0;
+      for (int m = op.micro_batch; m < op.end(); ++m) group_rows += rows[size_t(m)];
+      const double share = stacked_weights(cell, options.costs, group_rows) / double(op.count);
+      for (int m = op.micro_batch; m < op.end(); ++m)
+        sec[size_t(m)].backward_weights = op_seconds(cell, options.costs, rows[size_t(m)]).backward_weights -
+                                          stacked_weights(cell, options.costs, rows[size_t(m)]) + share;
+    }
   const double rate =
       options.optimizer_bytes_per_s > 0 ? options.optimizer_bytes_per_s : optimizer_rate(deck.optimizer);
   for (int k = 0; k < K; ++k) {

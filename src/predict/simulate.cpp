@@ -13,7 +13,7 @@ double OpSeconds::of(OpKind kind) const {
     case OpKind::Backward: return backward;
     case OpKind::BackwardInput: return backward_input;
     case OpKind::BackwardWeights: return backward_weights;
-    case OpKind::BatchWeights: return 0;  // booked inside each micro-batch's B (predict.cpp), as before the op existed
+    case OpKind::BatchWeights: return batch_weights;
   }
   return 0;
 }
@@ -49,7 +49,7 @@ void check_sizes(const StepInput& in) {
   for (int k = 0; k < K; ++k)
     for (const Op& op : s.ops[size_t(k)])
       if (op.stage < 0 || op.stage >= S || s.rank_of_stage[size_t(op.stage)] != k || op.micro_batch < 0 ||
-          op.micro_batch >= M)
+          op.count < 1 || op.end() > M)
         fail("an op's stage or micro-batch is out of range or not on its rank (check_schedule names it)");
 }
 
@@ -102,7 +102,9 @@ StepTiming simulate_step(const StepInput& in) {
           if (grad_arrival[st][m] < 0) break;
           ready = std::max(ready, grad_arrival[st][m]);
         }
-        const double end = ready + in.seconds[st][m].of(op.kind);
+        double seconds = in.seconds[st][m].of(op.kind);
+        for (int q = op.micro_batch + 1; q < op.end(); ++q) seconds += in.seconds[st][size_t(q)].of(op.kind);
+        const double end = ready + seconds;
         cell.ops[size_t(i)] = {ready, end};
         cell.busy += end - ready;
         free_at[size_t(k)] = end;

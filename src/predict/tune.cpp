@@ -15,13 +15,16 @@ std::int64_t peak_activation_bytes(const Schedule& schedule, const std::vector<s
                                    int rank) {
   const auto& ops = schedule.ops.at(size_t(rank));
   std::map<std::pair<int, int>, int> last;  // (stage, m) -> index of its last op
-  for (int i = 0; i < int(ops.size()); ++i) last[{ops[size_t(i)].stage, ops[size_t(i)].micro_batch}] = i;
+  for (int i = 0; i < int(ops.size()); ++i)
+    for (int m = ops[size_t(i)].micro_batch; m < ops[size_t(i)].end(); ++m) last[{ops[size_t(i)].stage, m}] = i;
   std::int64_t held = 0, peak = 0;
   for (int i = 0; i < int(ops.size()); ++i) {
     const Op& op = ops[size_t(i)];
     const std::int64_t a = activation_bytes.at(size_t(op.stage));
     if (op.kind == OpKind::Forward) peak = std::max(peak, held += a);
-    if (op.kind != OpKind::Forward && last[{op.stage, op.micro_batch}] == i) held -= a;
+    if (op.kind != OpKind::Forward)
+      for (int m = op.micro_batch; m < op.end(); ++m)  // a grouped W frees each micro-batch it covers
+        if (last[{op.stage, m}] == i) held -= a;
   }
   return peak;
 }

@@ -101,6 +101,19 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         else activations.add(shard * layer(l).input.size() * s);
       }
       if (widest_input > 0) activations.add(shard * widest_input * s);
+      // A grouped W (pipeline.w_group): one stacked input (the widest of
+      // those layers but stage 0's first) and one stacked output gradient
+      // (the widest), plan.weight_group micro-batches of rows each.
+      if (plan.weight_group > 1) {
+        std::int64_t group_in = 0, group_out = 0;
+        for (int l = 0; l < count; ++l) {
+          if (!(splits(l) && layer(l).entry->whole_batch_weights)) continue;
+          group_out = std::max(group_out, layer(l).output.size());
+          if (!(l == 0 && batch_source)) group_in = std::max(group_in, layer(l).input.size());
+        }
+        activations.add_if(plan.weight_group * rows * group_in * s);
+        activations.add_if(plan.weight_group * rows * group_out * s);
+      }
       for (int slot = 0; slot < plan.micro_batch.slots; ++slot) {
         if (!batch_source) activations.add(rows * in * s);  // the received input
         if (!loss_sink) {

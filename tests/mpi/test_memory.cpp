@@ -2,7 +2,7 @@
 // for an MLP, a CNN (conv2d's columns and workspace, batch-norm state), a
 // ViT-style and a tied GPT-style transformer, a regression model and two
 // replicas with the deterministic reduction, under several schedules and
-// re-materialization modes, every term of cell_memory (train/memory.hpp)
+// re-materialization modes (grouped W too), every term of cell_memory (train/memory.hpp)
 // equals, to the byte, what the rank's live Kokkos allocations hold after
 // two training steps (grouped by View label), and the high-water mark of
 // the device memory space equals total(); with two interleaved stages per
@@ -111,7 +111,8 @@ TEST(MemoryModel, EveryTermEqualsTheLiveAllocationsAndThePeakEqualsTheTotal) {
       "{type: dense, units: 4}]";
   std::vector<Case> cases;
   for (const std::string pipeline :
-       {"{}", "{remat: always}", "{schedule: 1f1b, remat: except_last}", "{schedule: zero_bubble}"})
+       {"{}", "{remat: always}", "{schedule: 1f1b, remat: except_last}", "{schedule: zero_bubble}",
+        "{schedule: zero_bubble, w_group: 2}", "{schedule: zero_bubble, w_group: 3, remat: always}"})
     cases.push_back({"mlp " + pipeline, test::deck_text(mlp, 6, 12, 3, "float", pipeline), test::synthetic(24, 6, 4, 3)});
   if (world_size() == 2)  // two stages per rank (interleaved 1F1B, Megatron's virtual stages)
     cases.push_back({"mlp interleaved",

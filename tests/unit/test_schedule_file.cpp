@@ -43,7 +43,8 @@ std::string error_of(const std::string& text, const std::string& source = "s.yam
 TEST(ScheduleFile, ExactText) {
   EXPECT_EQ(file_text(zb_v(1, 1, Remat::Never), "zb_v"),
             "# gpipe schedule (docs/file-formats.md, \"Schedule files\"): ops as [rank, stage, kind, micro-batch],\n"
-            "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half\n"
+            "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half, G whole-batch W; "
+            "a grouped W [rank, stage, W, first micro-batch, count]\n"
             "format: gpipe-schedule/1\n"
             "name: zb_v\n"
             "cells: 1\n"
@@ -63,16 +64,73 @@ TEST(ScheduleFile, ExactText) {
 TEST(ScheduleFile, RoundTripsEveryGenerator) {
   for (const auto kind : {ScheduleKind::FillDrain, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble,
                           ScheduleKind::ZbV, ScheduleKind::DualPipeV})
-    for (const auto remat : {Remat::Never, Remat::ExceptLast}) {
-      const Schedule s = make_schedule(kind, 3, 7, remat);
-      const Schedule back = parse_schedule_file(file_text(s, to_string(kind)), "s.yaml");
-      EXPECT_EQ(back.cells, s.cells);
-      EXPECT_EQ(back.stages, s.stages);
-      EXPECT_EQ(back.micro_batches, s.micro_batches);
-      EXPECT_EQ(back.rank_of_stage, s.rank_of_stage);
-      EXPECT_EQ(back.rematerialized, s.rematerialized);
-      EXPECT_EQ(back.ops, s.ops) << to_string(kind);
-    }
+    for (const auto remat : {Remat::Never, Remat::ExceptLast})
+      for (const int group : {1, 3}) {  // w_group 3: grouped W ops, written with their count
+        if (group > 1 && (kind == ScheduleKind::FillDrain || kind == ScheduleKind::OneFOneB)) continue;
+        const Schedule s = make_schedule(kind, 3, 7, remat, 1, group);
+        bool grouped = false;
+        for (const auto& ops : s.ops)
+          for (const Op& op : ops) grouped = grouped || op.count > 1;
+        EXPECT_EQ(grouped, group > 1) << to_string(kind);
+        const Schedule back = parse_schedule_file(file_text(s, to_string(kind)), "s.yaml");
+        EXPECT_EQ(back.cells, s.cells);
+        EXPECT_EQ(back.stages, s.stages);
+        EXPECT_EQ(back.micro_batches, s.micro_batches);
+        EXPECT_EQ(back.rank_of_stage, s.rank_of_stage);
+        EXPECT_EQ(back.rematerialized, s.rematerialized);
+        EXPECT_EQ(back.ops, s.ops) << to_string(kind);
+      }
+}
+
+// group_weights (pipeline.w_group): each stage's W ops merged N consecutive
+// micro-batches at a time, where the group's last W was; a group closes at a
+// gap in the micro-batches and at the stage's last W.
+TEST(GroupWeights, ExactOpListsAndErrors) {
+  const auto F = [](int m, int s) { return Op{OpKind::Forward, m, s}; };
+  const auto I = [](int m, int s) { return Op{OpKind::BackwardInput, m, s}; };
+  const auto W = [](int m, int s, int c = 1) { return Op{OpKind::BackwardWeights, m, s, c}; };
+  // zero_bubble(2, 4): cell 0 F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3, cell 1 F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3.
+  const Schedule two = group_weights(zero_bubble(2, 4, Remat::Never), 2);
+  EXPECT_EQ(two.ops[0], (std::vector<Op>{F(0, 0), F(1, 0), I(0, 0), F(2, 0), I(1, 0), W(0, 0, 2), F(3, 0), I(2, 0),
+                                         I(3, 0), W(2, 0, 2)}));
+  EXPECT_EQ(two.ops[1], (std::vector<Op>{F(0, 1), I(0, 1), F(1, 1), I(1, 1), F(2, 1), I(2, 1), W(0, 1, 2), F(3, 1),
+                                         I(3, 1), W(2, 1, 2)}));
+  const Schedule three = group_weights(zero_bubble(2, 4, Remat::Never), 3);
+  EXPECT_EQ(three.ops[0], (std::vector<Op>{F(0, 0), F(1, 0), I(0, 0), F(2, 0), I(1, 0), F(3, 0), I(2, 0),
+                                           W(0, 0, 3), I(3, 0), W(3, 0)}));
+  EXPECT_NO_THROW(check_schedule(three));
+  EXPECT_EQ(group_weights(zero_bubble(2, 4, Remat::Always), 1).ops, zero_bubble(2, 4, Remat::Always).ops);
+  // W ops out of micro-batch order: no group spans the gap.
+  Schedule odd = zero_bubble(1, 3, Remat::Never);
+  odd.ops[0] = {F(0, 0), F(1, 0), F(2, 0), I(0, 0), I(1, 0), I(2, 0), W(1, 0), W(0, 0), W(2, 0)};
+  EXPECT_EQ(group_weights(odd, 3).ops, odd.ops);
+  odd.ops[0] = {F(0, 0), F(1, 0), F(2, 0), I(0, 0), I(1, 0), I(2, 0), W(2, 0), W(0, 0), W(1, 0)};
+  EXPECT_EQ(group_weights(odd, 3).ops[0].back(), W(0, 0, 2));
+  try {
+    group_weights(fill_drain(2, 4, Remat::Never), 2);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v, dualpipe_v or a "
+                           "schedule file with W ops); this one has none (fill_drain's whole-batch W is one GEMM "
+                           "already)");
+  }
+  try {
+    group_weights(zero_bubble(2, 4, Remat::Never), 0);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "pipeline.w_group: 0 micro-batches per W op, expected at least 1");
+  }
+  // The buffer plan keeps each member's buffers until its group's W.
+  const CellBufferPlan p = plan_buffers(two, 0);
+  EXPECT_EQ(p.weight_group, 2);
+  EXPECT_EQ(p.micro_batch.last[0], 5);  // W(0..1) at op 5
+  EXPECT_EQ(p.micro_batch.last[1], 5);
+  EXPECT_EQ(p.weight_grad.last[0], 5);
+  EXPECT_EQ(plan_buffers(zero_bubble(2, 4, Remat::Never), 0).weight_group, 1);
+  SlotBytes bytes;
+  bytes.weight_group = 1000;
+  EXPECT_EQ(planned_bytes(p, bytes), 2000);
+  EXPECT_EQ(planned_bytes(plan_buffers(zero_bubble(2, 4, Remat::Never), 0), bytes), 0);
 }
 
 TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
@@ -90,12 +148,36 @@ TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   EXPECT_EQ(error_of(twice), "s.yaml: rank 1, op 3 (B(0) of stage 1): runs twice (first at rank 1, op 1)");
   std::string three = good;
   three.replace(three.find("[0, 0, F, 1]"), 12, "[0, 0, F]");
-  EXPECT_EQ(error_of(three), "s.yaml:12:5: ops[1]: expected [rank, stage, kind, micro-batch]");
+  EXPECT_EQ(error_of(three), "s.yaml:12:5: ops[1]: expected [rank, stage, kind, micro-batch] or, a grouped W, [rank, stage, W, first "
+            "micro-batch, count]");
   EXPECT_EQ(error_of(good + "extra: 1\n"), "s.yaml:19:1: unknown key 'extra' (expected format, name, cells, stages, "
                                            "micro_batches, rank_of_stage, rematerialized, ops)");
   std::string format = good;
   format.replace(format.find("gpipe-schedule/1"), 16, "gpipe-schedule/2");
   EXPECT_EQ(error_of(format), "s.yaml:3:9: format: expected gpipe-schedule/1, got 'gpipe-schedule/2'");
+  // A grouped W (pipeline.w_group): a fifth entry, the count, on W ops only;
+  // checked as the W of each micro-batch it covers. zero_bubble at K = 1,
+  // M = 3 grouped by 3: F0 I0 F1 I1 F2 I2 W(0..2) (op 6 on line 17).
+  const std::string grouped = file_text(group_weights(zero_bubble(1, 3, Remat::Never), 3), "zb");
+  ASSERT_NE(grouped.find("\n  - [0, 0, W, 0, 3]\n"), std::string::npos);
+  EXPECT_EQ(error_of(grouped), "(no error)");
+  const auto with_op = [&](const std::string& op) {
+    std::string t = grouped;
+    return t.replace(t.find("[0, 0, W, 0, 3]"), 15, op);
+  };
+  EXPECT_EQ(error_of(with_op("[0, 0, W, 1, 3]")),
+            "s.yaml: rank 0, op 6 (W(1..3) of stage 0): covers micro-batches 1..3, outside 0..2");
+  EXPECT_EQ(error_of(with_op("[0, 0, F, 0, 3]")),
+            "s.yaml:17:18: ops[6] count: a count (micro-batches covered) needs kind W and at least 1, got F with count 3");
+  EXPECT_EQ(error_of(with_op("[0, 0, W, 0, 0]")),
+            "s.yaml:17:18: ops[6] count: a count (micro-batches covered) needs kind W and at least 1, got W with count 0");
+  EXPECT_EQ(error_of(with_op("[0, 0, W, 0, 2]")), "s.yaml: rank 0 never runs W(2) of stage 0");
+  std::string early = with_op("[0, 0, W, 0, 2]");  // W(0..1) before I(1), then W(2)
+  early.replace(early.find("  - [0, 0, F, 1]"), 0, "  - [0, 0, W, 0, 2]\n");
+  early.replace(early.rfind("[0, 0, W, 0, 2]"), 15, "[0, 0, W, 2]");
+  EXPECT_EQ(error_of(early),
+            "s.yaml: rank 0, op 2 (W(0..1) of stage 0): runs before I(1) of stage 0 (the W of a split backward "
+            "follows its I)");
   EXPECT_EQ(error_of("ops: [\n"), "s.yaml:2:1: end of sequence flow not found");
   try {
     load_schedule("/nonexistent/s.yaml");
@@ -139,7 +221,7 @@ TEST(ScheduleMemory, StagePlansOfTheV) {
   EXPECT_EQ(stage_slots(s), (std::vector<int>{3, 3, 2, 1}));
   EXPECT_EQ(peak_held(s, 0), 4);
   EXPECT_EQ(peak_held(s, 1), 4);
-  const CellBufferPlan p = plan_stage_buffers(s, 3);  // rank 0's second stage
+  const CellBufferPlan p = plan_buffers(s, 3);  // rank 0's second stage
   EXPECT_EQ(s.ops[0][size_t(p.micro_batch.first[0])], (Op{OpKind::Forward, 0, 3}));
   EXPECT_EQ(s.ops[0][size_t(p.micro_batch.last[0])], (Op{OpKind::BackwardWeights, 0, 3}));
   for (int K = 1; K <= 8; ++K)
@@ -148,11 +230,51 @@ TEST(ScheduleMemory, StagePlansOfTheV) {
       for (int r = 0; r < K; ++r) EXPECT_LE(peak_held(v, r), 2 * K) << "K=" << K << " M=" << M;
       EXPECT_EQ(peak_held(one_f_one_b(K, M, Remat::Never), 0), std::min(M, K));
     }
-  // One stage per rank: the stage plan is the cell plan.
-  const Schedule z = zero_bubble(3, 5, Remat::Always);
-  for (int k = 0; k < 3; ++k) {
-    EXPECT_EQ(plan_stage_buffers(z, k).micro_batch.slot, plan_buffers(z, k).micro_batch.slot);
-    EXPECT_EQ(plan_stage_buffers(z, k).activations.free_after, plan_buffers(z, k).activations.free_after);
+  // The one planner on a stage map: plan_buffers(schedule, stage) equals
+  // the plan of the stage's ops alone (a one-cell schedule of them) with
+  // every op index mapped back into the rank's list (zb_v, dualpipe_v, and
+  // zb_v with grouped W).
+  for (int K = 1; K <= 4; ++K)
+    for (const Schedule& v : {zb_v(K, 2 * K, Remat::Never), dualpipe_v(K, 2 * K, Remat::Always),
+                              group_weights(zb_v(K, 3 * K, Remat::Never), 2)})
+      for (int st = 0; st < v.stages; ++st) {
+        const int r = v.rank_of_stage[size_t(st)];
+        Schedule one;
+        one.cells = one.stages = 1;
+        one.micro_batches = v.micro_batches;
+        one.rank_of_stage = {0};
+        one.rematerialized = v.rematerialized;
+        one.ops.resize(1);
+        std::vector<int> position;
+        for (int i = 0; i < int(v.ops[size_t(r)].size()); ++i)
+          if (v.ops[size_t(r)][size_t(i)].stage == st) {
+            Op op = v.ops[size_t(r)][size_t(i)];
+            op.stage = 0;
+            one.ops[0].push_back(op);
+            position.push_back(i);
+          }
+        CellBufferPlan alone = plan_buffers(one, 0);
+        for (BufferPool* pool : {&alone.micro_batch, &alone.activations, &alone.input_grad, &alone.weight_grad})
+          for (auto* list : {&pool->first, &pool->last, &pool->free_after})
+            for (int& i : *list)
+              if (i >= 0) i = position[size_t(i)];
+        const CellBufferPlan mapped = plan_buffers(v, st);
+        const auto same = [](const BufferPool& a, const BufferPool& b) {
+          return a.slots == b.slots && a.slot == b.slot && a.first == b.first && a.last == b.last &&
+                 a.free_after == b.free_after;
+        };
+        EXPECT_TRUE(same(alone.micro_batch, mapped.micro_batch)) << "K=" << K << " stage " << st;
+        EXPECT_TRUE(same(alone.activations, mapped.activations)) << "K=" << K << " stage " << st;
+        EXPECT_TRUE(same(alone.input_grad, mapped.input_grad)) << "K=" << K << " stage " << st;
+        EXPECT_TRUE(same(alone.weight_grad, mapped.weight_grad)) << "K=" << K << " stage " << st;
+        EXPECT_EQ(alone.forward_slot, mapped.forward_slot);
+        EXPECT_EQ(alone.weight_group, mapped.weight_group);
+      }
+  try {
+    plan_buffers(zb_v(2, 4, Remat::Never), 4);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "schedule: stage 4 outside 0..3");
   }
 }
 
@@ -225,9 +347,12 @@ TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
   }
 }
 
-// --fused-w: a run of consecutive W ops of one stage is priced as one W
-// pass over their stacked rows, shared equally; W ops apart keep their own.
-TEST(PredictV, FusedWeightRunsArePricedAtTheirStackedRows) {
+// Grouped W (pipeline.w_group) and fill_drain's whole-batch W are priced at
+// their stacked rows: the Dense layers' W of a group over the group's rows
+// (shared equally by its micro-batches, the op lasting their sum), G over
+// the shard's rows with the B ops leaving those W out; W ops apart keep
+// their own rows.
+TEST(PredictV, GroupedAndWholeBatchWArePricedAtTheirStackedRows) {
   const Deck deck = parse_deck(R"(model:
   input: 16
   layers:
@@ -241,26 +366,32 @@ pipeline: {balance: flops}
                                "deck.yaml");
   PredictOptions options;
   options.costs.rate = RateCurve::parse("1:10,64:40", "--gflops");  // faster GEMMs at more rows
-  options.fuse_weight_runs = true;
-  Schedule batch_w = fill_drain(1, 2, Remat::Never);  // F0 F1 I1 I0 W1 W0: one run of two W
-  batch_w.ops[0] = {{OpKind::Forward, 0, 0},        {OpKind::Forward, 1, 0},
-                    {OpKind::BackwardInput, 1, 0},  {OpKind::BackwardInput, 0, 0},
-                    {OpKind::BackwardWeights, 1, 0}, {OpKind::BackwardWeights, 0, 0}};
   const auto shapes = model_shapes(deck.model);
-  const auto w_at = [&](std::int64_t rows) {
-    double w = 0;
+  const auto sum = [&](std::int64_t rows, double LayerSeconds::*part, bool split_only) {
+    double t = 0;
     for (const auto& l : shapes)
-      if (l.entry && l.entry->splits_backward) w += options.costs.seconds(l, rows).backward_weights;
-    return w;
+      if (!split_only || (l.entry && l.entry->splits_backward)) t += options.costs.seconds(l, rows).*part;
+    return t;
   };
-  const StepInput fused = step_input(deck, 1, options, batch_w);
-  EXPECT_NEAR(fused.seconds[0][0].backward_weights, w_at(16) / 2, 1e-18);
-  EXPECT_NEAR(fused.seconds[0][1].backward_weights, w_at(16) / 2, 1e-18);
+  const auto w_at = [&](std::int64_t rows) { return sum(rows, &LayerSeconds::backward_weights, true); };
   EXPECT_LT(w_at(16), 2 * w_at(8));
-  const StepInput apart = step_input(deck, 1, options, zero_bubble(1, 2, Remat::Never));  // F0 I0 W0 F1 I1 W1
+  // zero_bubble F0 I0 W0 F1 I1 W1, grouped by 2: F0 I0 F1 I1 W(0..1).
+  const Schedule grouped = group_weights(zero_bubble(1, 2, Remat::Never), 2);
+  ASSERT_EQ(grouped.ops[0].back(), (Op{OpKind::BackwardWeights, 0, 0, 2}));
+  const StepInput g = step_input(deck, 1, options, grouped);
+  EXPECT_NEAR(g.seconds[0][0].backward_weights, w_at(16) / 2, 1e-18);
+  EXPECT_NEAR(g.seconds[0][1].backward_weights, w_at(16) / 2, 1e-18);
+  const StepTiming gt = simulate_step(g);
+  EXPECT_NEAR(gt.cells[0].ops[4].end - gt.cells[0].ops[4].start, w_at(16), 1e-15);
+  const StepInput apart = step_input(deck, 1, options, zero_bubble(1, 2, Remat::Never));
   EXPECT_NEAR(apart.seconds[0][0].backward_weights, w_at(8), 1e-18);
-  options.fuse_weight_runs = false;
-  EXPECT_NEAR(step_input(deck, 1, options, batch_w).seconds[0][0].backward_weights, w_at(8), 1e-18);
+  // fill_drain F0 F1 B1 B0 G: G is the W at 16 rows, each B the rest of the backward at 8.
+  const StepInput fd = step_input(deck, 1, options, fill_drain(1, 2, Remat::Never));
+  EXPECT_NEAR(fd.seconds[0][0].batch_weights, w_at(16), 1e-18);
+  const double all_b = sum(8, &LayerSeconds::backward_input, false) + sum(8, &LayerSeconds::backward_weights, false);
+  EXPECT_NEAR(fd.seconds[0][1].backward, all_b - w_at(8), 1e-18);
+  const StepTiming ft = simulate_step(fd);
+  EXPECT_NEAR(ft.cells[0].ops[4].end - ft.cells[0].ops[4].start, w_at(16), 1e-15);
 }
 
 // --tune --tune-trace: the medians of a trace's F, I, W events per cell (the

@@ -51,6 +51,8 @@ struct PipelineSpec {
   Remat remat = Remat::Never;
   ScheduleKind schedule = ScheduleKind::FillDrain;  ///< training schedule (pipeline.schedule)
   int chunks = 1;                   ///< pipeline.chunks: stages per rank (v; interleaved_1f1b)
+  /// pipeline.w_group: micro-batches per W op (group_weights, pipeline/schedule.hpp; 1: one each)
+  int w_group = 1;
   /// pipeline.schedule_file: a schedule file (pipeline/schedule_file.hpp)
   /// that replaces `schedule` ("" = none); relative to the working directory.
   std::string schedule_file;

@@ -55,8 +55,15 @@ struct BufferPool {
 ///    activations intervals of every micro-batch extend to it (it reads
 ///    their kept inputs); its own buffers (SlotBytes::batch_weights) are
 ///    allocated once when the stage runs it.
+///  - a grouped W (BackwardWeights with Op::count > 1) ends the intervals of
+///    every micro-batch it covers, as W(m) does for one; its stacking
+///    buffers (SlotBytes::weight_group per micro-batch of the largest group)
+///    are allocated once.
 struct CellBufferPlan {
   int batch_weights = -1;  ///< op index of the stage's BatchWeights op (-1: none)
+  /// The most micro-batches one of the stage's W ops covers (Op::count; 1:
+  /// no grouped W): the grouped W's stacking buffers hold that many micro-batches.
+  int weight_group = 1;
   BufferPool micro_batch;
   BufferPool activations;       ///< intervals of kept micro-batches and recomputes
   std::vector<int> forward_slot;  ///< [m] activations slot Forward(m) writes
@@ -71,8 +78,11 @@ struct CellBufferPlan {
 /// rank's list (so receives are posted between the rank's ops). Slots are
 /// assigned greedily in op order (lowest free slot), which needs exactly the
 /// peak number of overlapping intervals. Throws InputError when the stage's
-/// ops do not run Forward(m) before any other op of m, or run
-/// BackwardWeights(m) before BackwardInput(m).
+/// ops do not run Forward(m) before any other op of m, run
+/// BackwardWeights(m) before BackwardInput(m), cover micro-batches outside
+/// 0..M-1 or more than one with an op other than W, or `stage` is outside
+/// the stage map. This is the one buffer planner: the Stage, the memory
+/// model, gpipe-plan and the schedule-memory helpers all call it.
 CellBufferPlan plan_buffers(const Schedule& schedule, int stage);
 
 /// Bytes of one slot of each pool (micro-batches of the largest size).
@@ -83,9 +93,15 @@ struct SlotBytes {
   std::int64_t fixed = 0;        ///< buffers independent of the schedule (last cell's logits)
   std::int64_t weight_grad = 0;  ///< output gradients kept for the W op (splitting layers 0..L_k-2)
   std::int64_t batch_weights = 0;  ///< the whole-batch W's stacked buffers (counted when the plan has a BatchWeights op)
+  /// The grouped W's stacking buffers per micro-batch of a group (counted
+  /// weight_group times when weight_group > 1): the widest stacked input and
+  /// the widest output gradient of the stage's whole_batch_weights layers.
+  std::int64_t weight_group = 0;
 };
 
-/// Bytes the plan allocates: sum over pools of slots x slot bytes, plus fixed.
+/// Bytes the plan allocates: sum over pools of slots x slot bytes, plus fixed,
+/// batch_weights (with a BatchWeights op) and weight_group x
+/// bytes.weight_group (with a grouped W).
 std::int64_t planned_bytes(const CellBufferPlan& plan, const SlotBytes& bytes);
 
 }  // namespace gpipe

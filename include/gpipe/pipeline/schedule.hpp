@@ -46,6 +46,11 @@ enum class OpKind {
   BackwardInput,
   /// W of a split backward: the parameter gradients of the layers that
   /// split, from the kept layer inputs and output gradients. No communication.
+  /// A grouped W (Op::count > 1, pipeline.w_group) covers micro-batches
+  /// micro_batch .. micro_batch + count - 1 at once: the layers whose
+  /// Layer::whole_batch_weights() is true run one weight-gradient pass over
+  /// the group's rows stacked in micro-batch order (one GEMM instead of
+  /// count), the other splitting layers one pass per micro-batch in order.
   BackwardWeights,
   /// Whole-batch W (fill_drain, M > 1): the weight gradients of the stage's
   /// layers whose Layer::whole_batch_weights() is true, once over the n rows
@@ -67,8 +72,14 @@ struct Op {
   /// The stage this op runs (global index 0..Schedule::stages-1; its rank is
   /// Schedule::rank_of_stage[stage]). With one stage per rank, the rank.
   int stage = 0;
+  /// Micro-batches the op covers: micro_batch .. micro_batch + count - 1
+  /// (consecutive). 1 for every op but a grouped W (BackwardWeights with
+  /// count > 1; group_weights, pipeline.w_group).
+  int count = 1;
+  /// One past the last micro-batch the op covers.
+  int end() const { return micro_batch + count; }
   bool operator==(const Op& other) const {
-    return kind == other.kind && micro_batch == other.micro_batch && stage == other.stage;
+    return kind == other.kind && micro_batch == other.micro_batch && stage == other.stage && count == other.count;
   }
 };
 
@@ -145,6 +156,24 @@ double bubble_fraction(ScheduleKind kind, int cells, int micro_batches, int chun
 /// The training schedule of `kind` (chunks: v for interleaved_1f1b; the
 /// others take 1 and throw InputError naming pipeline.chunks otherwise).
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks = 1);
+/// make_schedule followed by group_weights(schedule, w_group) (throws as both do).
+Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks, int w_group);
+
+/// Grouped W (deck pipeline.w_group = `group`): `schedule` with each
+/// stage's BackwardWeights ops, taken in their order on the stage's rank,
+/// merged `group` at a time into one W op of count up to `group` (a group
+/// ends early where the next W's micro-batch is not the previous one's + 1,
+/// and at the stage's last W), placed where the group's last W was. Only W
+/// ops move, and only later, so every dependency of the schedule still
+/// holds; the buffer plan keeps each member's inputs and output gradients
+/// until the group's W. group = 1 returns `schedule` unchanged. The grouped
+/// weight gradient sums each group in one GEMM instead of count, so the
+/// weights equal the ungrouped schedule's up to the rounding of that sum's
+/// order (docs/design.md, "Grouped W"). Throws InputError naming
+/// pipeline.w_group for group < 1, and for group > 1 with a schedule that
+/// has no W ops (fill_drain, whose whole-batch W is already one GEMM, 1f1b,
+/// interleaved_1f1b).
+Schedule group_weights(const Schedule& schedule, int group);
 
 /// Forward-only schedule for evaluation: F(0..M-1) on every cell.
 Schedule forward_only(int cells, int micro_batches);

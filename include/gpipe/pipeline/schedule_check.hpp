@@ -10,7 +10,7 @@
 namespace gpipe {
 
 /// "I(3) of stage 5": an op as the checker's messages name it (op_letter,
-/// micro-batch, global stage index).
+/// micro-batch, global stage index); a grouped W "W(4..7) of stage 1".
 std::string to_string(const Op& op);
 
 /// Checks `schedule` against the stage contract (docs/design.md, "Schedules",
@@ -22,7 +22,10 @@ std::string to_string(const Op& op);
 ///    rank_of_stage has `stages` entries in [0, cells) and gives every rank
 ///    at least one stage, `ops` has `cells` lists, `rematerialized` has M;
 ///  - every op: micro-batch in [0, M), stage in [0, stages), on the rank the
-///    stage map gives its stage; no (stage, kind, micro-batch) twice; a
+///    stage map gives its stage; only a W op covers more than one
+///    micro-batch (Op::count >= 1, all of them in [0, M); a grouped W counts
+///    as the W of each micro-batch it covers in every rule below); no
+///    (stage, kind, micro-batch) twice; a
 ///    stage-micro-batch runs either Backward or the split pair
 ///    BackwardInput + BackwardWeights, never both;
 ///  - local order on the op's rank: Recompute(m) after Forward(m) and only

@@ -68,7 +68,7 @@ Schedule greedy_zero_bubble(const GreedyInput& input);
 /// (simulate_step, unit times; ScheduleV.BubbleWithEqualOpTimes), i.e. an
 /// idle time of one op per rank and pipeline stage pair; at K = 16 the
 /// greedy stays above it (19/211 = 0.090 at M = 32 against 15/207). Held
-/// stage micro-batches: plan_stage_buffers / peak_held. Re-materialization:
+/// stage micro-batches: plan_buffers(schedule, stage) / peak_held. Re-materialization:
 /// Recompute right before I (insert_recomputes).
 Schedule zb_v(int cells, int micro_batches, Remat remat);
 

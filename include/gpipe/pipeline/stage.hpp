@@ -26,6 +26,7 @@ struct CellOptions {
   Remat remat = Remat::Never;
   ScheduleKind schedule = ScheduleKind::FillDrain;  ///< the training schedule
   int chunks = 1;              ///< v stages per rank (pipeline.chunks; interleaved_1f1b)
+  int w_group = 1;             ///< micro-batches per W op (pipeline.w_group; group_weights)
   /// A training schedule to run instead of make_schedule(schedule, K, M,
   /// remat, chunks) when its cells > 0 (a hand-written or loaded schedule:
   /// any op lists naming global stages, with its stage map).
@@ -45,8 +46,8 @@ struct CellOptions {
 };
 
 /// The training schedule `options` ask for on `cells` ranks:
-/// options.custom_schedule when set, else make_schedule(...). Throws
-/// InputError as make_schedule does.
+/// options.custom_schedule when set, else make_schedule(schedule, cells, M,
+/// remat, chunks, w_group). Throws InputError as make_schedule does.
 Schedule training_schedule(const CellOptions& options, int cells);
 
 /// Where a cell's mini-batch sits in a larger global mini-batch (data
@@ -143,7 +144,9 @@ class Stage {
   void forward(int m, bool whole_stage, LossSums& sums);
   /// Backward (fused) when `split` is false; BackwardInput (B of a split backward) when true.
   void backward(int m, bool split);
-  void backward_weights(int m);
+  /// W of micro-batches m .. m + count - 1 (count > 1: a grouped W; the
+  /// whole_batch_weights layers run one pass over the group's stacked rows).
+  void backward_weights(int m, int count = 1);
   /// The whole-batch W (BatchWeights op).
   void batch_weights(int m);
   /// Waits for this stage's sends (end of a run).
@@ -190,6 +193,8 @@ class Stage {
   std::vector<Matrix<T>> batch_dy_;             // [l] (max_batch, out_l): dL/dy of all micro-batches, for batch_w_ layers
   Vector<T> batch_x_shared_;                    // the batch_x_ storage without re-materialization
   std::vector<Matrix<T>> batch_x_;              // [l] (max_batch, in_l): the layer inputs, stacked
+  std::vector<bool> group_w_;                   // [l] a grouped W stacks layer l's rows (whole_batch_weights)
+  Vector<T> group_x_, group_dy_;                // grouped W: (weight_group x rows) x the widest input / output
   std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L-2
   std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L-2
   Matrix<T> logits_;                            // sink Loss: (capacity, classes)
@@ -206,6 +211,15 @@ class Stage {
 std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
                                     int stage, const Schedule& schedule, const CellOptions& options,
                                     std::int64_t scalar_bytes);
+
+/// The bytes of a grouped W's stacking buffers per micro-batch of a group
+/// (SlotBytes::weight_group; stage_activation_bytes counts them
+/// plan.weight_group times when plan.weight_group > 1): rows (the largest
+/// micro-batch) x (the widest input of the stage's whole_batch_weights
+/// layers, stage 0's first layer excluded: it reads the mini-batch itself,
+/// + the widest of their outputs) x scalar_bytes.
+std::int64_t weight_group_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
+                                std::int64_t rows, std::int64_t scalar_bytes);
 
 /// The bytes the whole-batch W adds to stage_activation_bytes when the
 /// stage runs a BatchWeights op: max_batch x (the output widths of the

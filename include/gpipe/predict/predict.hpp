@@ -44,13 +44,6 @@ struct PredictOptions {
   /// AdamW 7. 0: this machine's measured rate for the deck's optimizer
   /// (optimizer_rate).
   double optimizer_bytes_per_s = 0;
-  /// Price each run of consecutive W ops of one stage in a rank's list (no
-  /// other op between them) as one weight-gradient pass over their stacked
-  /// rows (the splitting layers' W at the run's total rows, shared equally by
-  /// its ops), as a runner that fuses such runs into one GEMM would run
-  /// them (the whole-batch W's advantage, docs/design.md). Off: every W at
-  /// its own micro-batch's rows, as today's runner does.
-  bool fuse_weight_runs = false;
 };
 
 /// The optimizer step's rate on the development machine, bytes of its
@@ -103,7 +96,10 @@ struct Prediction {
 /// partition (plan_run's; with pipeline.balance time, the min-max split of
 /// the predicted layer times, which is what the runner's measurement
 /// approximates), the schedule and buffer plan, op times from
-/// options.costs at each micro-batch's rows, and simulate_step. Throws
+/// options.costs at each micro-batch's rows (a BatchWeights op: the
+/// whole_batch_weights layers' W at the shard's rows, which the B ops then
+/// leave out; a grouped W: those layers' W at the group's stacked rows, the
+/// other splitting layers' per micro-batch), and simulate_step. Throws
 /// InputError as plan_run does (K not dividing R, more cells than layers,
 /// a shard smaller than M).
 Prediction predict(const Deck& deck, int ranks, const PredictOptions& options);

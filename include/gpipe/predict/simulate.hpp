@@ -18,8 +18,10 @@ struct OpSeconds {
   double recompute = 0;         ///< R (the forward of layers 0..c-2: a recompute stops before the last)
   double backward = 0;          ///< B, fused backward
   double backward_input = 0;    ///< I, input-gradient part of a split backward
-  double backward_weights = 0;  ///< W, weight-gradient part of a split backward
-  /// The duration of an op of `kind`.
+  double backward_weights = 0;  ///< W, weight-gradient part of a split backward (a grouped W: this micro-batch's share)
+  /// G, the whole-batch W (BatchWeights), on the entry of its op's micro-batch.
+  double batch_weights = 0;
+  /// The duration of an op of `kind` covering one micro-batch.
   double of(OpKind kind) const;
 };
 
@@ -94,7 +96,8 @@ struct StepTiming {
   double bubble_fraction = 0;
 };
 
-/// Replays `input.schedule` event by event: each cell (rank) runs its ops in
+/// Replays `input.schedule` event by event (a grouped W, Op::count > 1,
+/// lasts the sum of its micro-batches' backward_weights): each cell (rank) runs its ops in
 /// order; an op starts when its cell is free and, for a receiving op (F of
 /// stage s > 0, B or I of stage s < stages-1), when the message of the
 /// sending op (the same micro-batch's F of stage s-1, B or I of stage s+1)
