@@ -4,7 +4,9 @@
 // first step. ctest runs this at 1-4 ranks; each layout runs on the first
 // D x K ranks.
 //
-// The decks' per-sample forward is itself layout-independent (layer_norm
+// The decks (double: a float model's per-sample losses have so few bits
+// that their double sums are exact in any order) have a per-sample forward
+// that is itself layout-independent (layer_norm
 // and element-wise layers: every row computed on its own in fixed order; no
 // GEMM, whose OpenBLAS results follow the row count), so any difference in a
 // figure would come from how the sums are formed: the test and train loss,
@@ -42,13 +44,15 @@ namespace fs = std::filesystem;
 using test::world_rank;
 using test::world_size;
 
-constexpr std::int64_t kBatch = 16;
+// 64 rows: a micro-batch of more than 16 rows is what the old fixed-lane sums
+// (16 lanes) added in another order than M = 4's micro-batches of 16.
+constexpr std::int64_t kBatch = 64;
 const std::string kLayers =
     "[{type: layer_norm}, {type: tanh}, {type: layer_norm}, {type: gelu}]";  // 3 -> 3, or 2 -> 2
 
 std::string deck_text(bool regression, int K, int M, const std::string& extra = "") {
   const std::string in = regression ? "2" : "3";
-  return "seed: 11\nprecision: float\nmodel:\n  input: " + in + "\n  layers: " + kLayers +
+  return "seed: 11\nprecision: double\nmodel:\n  input: " + in + "\n  layers: " + kLayers +
          (regression ? "\n  loss: mse\ndata: {format: hdf5, train_file: a.h5, test_file: b.h5}"
                      : "\ndata: {train_images: a, train_labels: b, test_images: c, test_labels: d}") +
          "\ntraining: {epochs: 1, batch_size: " + std::to_string(kBatch) + ", micro_batches: " + std::to_string(M) +
@@ -73,8 +77,8 @@ const Dataset& train_set(bool regression) {  // one step per epoch
   static const Dataset c = test::synthetic(kBatch, 3, 3, 21), r = regression_data(kBatch, 21);
   return regression ? r : c;
 }
-const Dataset& test_set(bool regression) {  // 3 evaluation chunks of 16, 16 and 5 samples
-  static const Dataset c = test::synthetic(37, 3, 3, 22), r = regression_data(37, 22);
+const Dataset& test_set(bool regression) {  // 3 evaluation chunks of 64, 64 and 22 samples
+  static const Dataset c = test::synthetic(150, 3, 3, 22), r = regression_data(150, 22);
   return regression ? r : c;
 }
 
@@ -113,7 +117,7 @@ MPI_Comm first_ranks(int ranks) {
 // metrics are the initial weights'; its test figures are not compared, as
 // the weights after a step follow the layout's gradient sums).
 std::vector<double> figures(bool regression, int K, int M, MPI_Comm comm) {
-  Pipeline<float> p(parse_deck(deck_text(regression, K, M), "metrics.yaml"), comm);
+  Pipeline<double> p(parse_deck(deck_text(regression, K, M), "metrics.yaml"), comm);
   std::vector<double> out;
   add(out, p.evaluate(test_set(regression)));
   add(out, p.evaluate(train_set(regression)));
@@ -164,10 +168,10 @@ void check_reproduced(bool regression) {
   const std::string extra = "checkpoint: {directory: " + dir + ", every_epochs: 1}\n";
   std::string text = deck_text(regression, world_size(), 2, extra);
   text.replace(text.find("epochs: 1"), 9, "epochs: 2");
-  const Dataset train = regression ? regression_data(40, 31) : test::synthetic(40, 3, 3, 31);
+  const Dataset train = regression ? regression_data(160, 31) : test::synthetic(160, 3, 3, 31);
   std::vector<EpochReport> reports;
   {
-    Pipeline<float> p(parse_deck(text, "metrics.yaml"), MPI_COMM_WORLD);
+    Pipeline<double> p(parse_deck(text, "metrics.yaml"), MPI_COMM_WORLD);
     reports = fit(p, train, test_set(regression), nullptr);
   }
   ASSERT_EQ(reports.size(), 2u);
@@ -175,7 +179,7 @@ void check_reproduced(bool regression) {
   add(logged, reports.back().test);
   const std::string newest = newest_checkpoint(dir);
   ASSERT_FALSE(newest.empty());
-  Pipeline<float> again(parse_deck(deck_text(regression, 1, 3), "metrics.yaml"), MPI_COMM_SELF);
+  Pipeline<double> again(parse_deck(deck_text(regression, 1, 3), "metrics.yaml"), MPI_COMM_SELF);
   again.load_checkpoint(newest);
   std::vector<double> reproduced;
   add(reproduced, again.evaluate(test_set(regression)));
@@ -190,9 +194,10 @@ TEST(Metrics, RegressionTestFiguresReproducedFromTheCheckpoint) { check_reproduc
 // so every figure of two whole epochs (several steps each) is bitwise equal.
 TEST(Metrics, OneDnnEpochReportsBitwiseAcrossKAndM) {
   if (kernels::available().size() < 2) GTEST_SKIP() << "no oneDNN in this build";
-  const Dataset train = test::synthetic(56, 3, 3, 41);  // 3 steps of 16 and a last batch of 8
+  const Dataset train = test::synthetic(224, 3, 3, 41);  // 3 steps of 64 and a last batch of 32
   auto reports = [&](int K, int M, MPI_Comm comm) {
     std::string text = deck_text(false, K, M, "kernels: onednn\npipeline: {schedule: fill_drain}\n");
+    text.replace(text.find("precision: double"), 17, "precision: float");  // oneDNN's path is float
     text.replace(text.find(kLayers), kLayers.size(),
                  "[{type: dense, units: 9}, {type: tanh}, {type: dense, units: 7}, {type: dense, units: 3}]");
     text.replace(text.find("epochs: 1"), 9, "epochs: 2");
@@ -225,34 +230,34 @@ TEST(Metrics, SkippedStepsCountedAcrossARestart) {
                                "checkpoint: {directory: " + dir + ", every_steps: 1, keep: 100}\n");
   text.replace(text.find("progress_every: 0"), 17, "progress_every: 0, nonfinite: skip_step");
   const Deck deck = parse_deck(text, "metrics.yaml");
-  Dataset train = test::synthetic(64, 3, 3, 51);  // 4 steps; the first sample of the first step is a spike
+  Dataset train = test::synthetic(256, 3, 3, 51);  // 4 steps; the first sample of the first step is a spike
   const auto first = epoch_order(train.samples, deck.seed, 0, true)[0];
   for (int j = 0; j < 3; ++j) train.inputs[size_t(first * 3 + j)] = std::nanf("");
   EpochReport whole;
   {
-    Pipeline<float> p(deck, MPI_COMM_WORLD);
+    Pipeline<double> p(deck, MPI_COMM_WORLD);
     const auto r = fit(p, train, test_set(false), nullptr);
     ASSERT_EQ(r.size(), 1u);
     whole = r[0];
   }
   EXPECT_EQ(whole.skipped_steps, 1);
-  EXPECT_EQ(whole.train_samples, 48);
+  EXPECT_EQ(whole.train_samples, 192);
   if (world_rank() == 0) fs::remove_all(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   {  // stopped after step 2, restarted from its checkpoint
-    Pipeline<float> p(deck, MPI_COMM_WORLD);
-    Driver<float> driver(p, nullptr);
+    Pipeline<double> p(deck, MPI_COMM_WORLD);
+    Driver<double> driver(p, nullptr);
     driver.set_stop([&p] { return p.steps_done() == 2; });
     EXPECT_TRUE(driver.fit(train, test_set(false)).empty());
     EXPECT_TRUE(driver.stopped());
   }
-  Pipeline<float> p(deck, MPI_COMM_WORLD);
+  Pipeline<double> p(deck, MPI_COMM_WORLD);
   p.load_checkpoint(newest_checkpoint(dir));
   EXPECT_EQ(p.steps_done(), 2);
   const auto r = fit(p, train, test_set(false), nullptr);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].skipped_steps, 1);
-  EXPECT_EQ(r[0].train_samples, 48);
+  EXPECT_EQ(r[0].train_samples, 192);
   std::vector<double> a, b;
   add(a, whole);
   add(b, r[0]);
@@ -285,7 +290,7 @@ TEST(CheckpointDirectory, DriverFitRefusesItBeforeTheFirstStep) {
   for (const std::string& dir : unwritable_dirs()) {
     const std::string reason = mkdir_reason(dir);
     ASSERT_NE(reason, "created") << dir;
-    Pipeline<float> p(parse_deck(deck_text(false, world_size(), 2, "checkpoint: {directory: " + dir + "}\n"),
+    Pipeline<double> p(parse_deck(deck_text(false, world_size(), 2, "checkpoint: {directory: " + dir + "}\n"),
                                  "metrics.yaml"),
                       MPI_COMM_WORLD);
     std::string error;
@@ -301,8 +306,8 @@ TEST(CheckpointDirectory, DriverFitRefusesItBeforeTheFirstStep) {
   // A stop request's checkpoint goes to the working directory: checked too.
   const fs::path cwd = fs::current_path();
   fs::current_path("/sys");
-  Pipeline<float> p(parse_deck(deck_text(false, world_size(), 2), "metrics.yaml"), MPI_COMM_WORLD);
-  Driver<float> driver(p, nullptr);
+  Pipeline<double> p(parse_deck(deck_text(false, world_size(), 2), "metrics.yaml"), MPI_COMM_WORLD);
+  Driver<double> driver(p, nullptr);
   driver.set_stop([] { return false; });
   std::string error;
   try {
