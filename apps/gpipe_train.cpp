@@ -96,42 +96,10 @@ bool on_all_ranks(F&& step) {
   }
 }
 
-// "" if this process can create (and replace) files named `path` in its
-// directory, else why not, with the OS's reason: a probe file is created in
-// the directory and removed; an existing `path` must be writable and no
-// directory. `what` names the option in the message.
-std::string unwritable_file(const std::string& what, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    return fmt::format("{} {}: is a directory, not a file", what, path);
-  const fs::path parent = fs::path(path).parent_path();
-  const std::string dir = parent.empty() ? std::string(".") : parent.string();
-  const std::string probe =
-      fmt::format("{}/.gpipe-write-check-{}-{}", dir, ::getpid(), std::rand());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    return fmt::format("{} {}: cannot create files in {}: {}", what, path, dir, std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
-  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
-    return fmt::format("{} {}: cannot write it: {}", what, path, std::strerror(errno));
-  return "";
-}
-
-// "" if the checkpoint directory exists or can be created, and files can be
-// created in it; else why not (the OS's reason).
-std::string unwritable_directory(const std::string& what, const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    if (fs::exists(dir, ec)) return fmt::format("{} {}: exists and is not a directory", what, dir);
-    fs::create_directories(dir, ec);
-    if (ec && !fs::is_directory(dir))
-      return fmt::format("{} {}: cannot create the directory: {}", what, dir, ec.message());
-  }
-  return unwritable_file(what, dir + "/ckpt_probe.h5");
-}
+// unwritable_file / unwritable_directory: gpipe/io/checkpoint.hpp (the one
+// check Driver::fit and the C API make too).
+using gpipe::unwritable_directory;
+using gpipe::unwritable_file;
 
 // Before the first step: every output path of the run checked on the ranks
 // that write it (summary, metrics stream and trace: rank 0; the checkpoint

@@ -70,6 +70,11 @@ gpipe_status gpipe_finalize(void);
 /* Creates a trainer from YAML deck text (the gpipe-train input deck format,
  * docs/input-deck.md) on a duplicate of `comm`. The data section is optional
  * (the caller passes the data; one that is there is checked but not read).
+ * A deck's checkpoint.directory is checked here, before the first step: one
+ * that cannot be created or written on some rank returns GPIPE_ERROR_INPUT
+ * on every rank, gpipe_last_error() naming the directory, the OS's reason
+ * and the rank ("checkpoint.directory D: cannot create the directory: Not a
+ * directory (rank 0)"); nothing is created and the library stays usable.
  * Collective. */
 gpipe_status gpipe_create_from_string(const char* deck_yaml, MPI_Comm comm, gpipe_trainer** out);
 /* As gpipe_create_from_string, from a deck file (data section optional). Collective. */

@@ -16,6 +16,7 @@
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
+#include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/deck.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -226,7 +227,13 @@ gpipe_status create_agreed(bool arguments_ok, const char* null_message, const ch
     });
   const gpipe_status agreed = agree_arguments(local, comm, function);
   if (agreed != GPIPE_OK) return agreed;
-  return guarded([&] { return create(std::move(deck), comm, out); });
+  return guarded([&] {
+    // Before the first step, as every entry point: a checkpoint directory
+    // that cannot be written fails here (agreed), not at the first save.
+    if (!deck.checkpoint.directory.empty())
+      gpipe::require_writable_directory("checkpoint.directory", deck.checkpoint.directory, comm);
+    return create(std::move(deck), comm, out);
+  });
 }
 
 }  // namespace

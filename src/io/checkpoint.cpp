@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <sstream>
@@ -16,6 +17,9 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "gpipe/config.hpp"
 #include "gpipe/core/agreed.hpp"
@@ -170,6 +174,7 @@ CheckpointInfo read_info(hid_t root, const std::string& path) {
       h5::has_attribute(root, "epoch_loss_samples") ? optional_int("epoch_loss_samples") : -1;
   if (h5::has_attribute(root, "epoch_loss_sum"))
     info.epoch_loss_sum = h5::read_double_attribute(root, "epoch_loss_sum");
+  info.epoch_skipped_steps = optional_int("epoch_skipped_steps");
   if (h5::has_attribute(root, "epoch_metric_samples")) {
     info.epoch_metric_samples = optional_int("epoch_metric_samples");
     info.epoch_metric_moments = h5::read_double_vector_attribute(root, "epoch_metric_moments");
@@ -548,6 +553,7 @@ void write_checkpoint(const std::string& path, const ModelSpec& model, const Che
         h5::write_attribute(root, "epoch_loss_samples", (long long)info.epoch_loss_samples);
         h5::write_attribute(root, "epoch_metric_samples", (long long)info.epoch_metric_samples);
         h5::write_attribute(root, "epoch_metric_moments", info.epoch_metric_moments);
+        h5::write_attribute(root, "epoch_skipped_steps", (long long)info.epoch_skipped_steps);
         const auto& n = info.normalization;
         const h5::Handle g =
             h5::group(H5Gcreate2(root, "normalization", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
@@ -692,5 +698,41 @@ CheckpointInfo read_checkpoint(const std::string& path, const ModelSpec& model,
   template CheckpointInfo read_checkpoint<T>(const std::string&, const ModelSpec&, const std::string&, CheckpointShard<T>&, MPI_Comm);
 GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
 #undef GPIPE_INSTANTIATE
+
+std::string unwritable_file(const std::string& what, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return fmt::format("{} {}: is a directory, not a file", what, path);
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  static std::atomic<unsigned> probes{0};
+  const std::string probe = fmt::format("{}/.gpipe-write-check-{}-{}", dir, ::getpid(), probes++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return fmt::format("{} {}: cannot create files in {}: {}", what, path, dir, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    return fmt::format("{} {}: cannot write it: {}", what, path, std::strerror(errno));
+  return "";
+}
+
+std::string unwritable_directory(const std::string& what, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec)) return fmt::format("{} {}: exists and is not a directory", what, dir);
+    fs::create_directories(dir, ec);
+    if (ec && !fs::is_directory(dir))
+      return fmt::format("{} {}: cannot create the directory: {}", what, dir, ec.message());
+  }
+  return unwritable_file(what, dir + "/ckpt_probe.h5");
+}
+
+void require_writable_directory(const std::string& what, const std::string& dir, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const std::string error = unwritable_directory(what, dir);
+  throw_agreed(agree(error.empty() ? 0 : 1, error.empty() ? error : fmt::format("{} (rank {})", error, rank), comm));
+}
 
 }  // namespace gpipe

@@ -8,7 +8,12 @@
 namespace gpipe {
 
 template <class T>
-void SoftmaxCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t) {
+void SoftmaxCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t, std::int64_t labels_per_row) {
+  rows *= labels_per_row;
+  if (totals_.extent(0) == 0) {
+    totals_ = decltype(totals_)("gpipe::SoftmaxCrossEntropy::totals", kExactWords + 2);
+    totals_host_ = Kokkos::create_mirror_view(totals_);
+  }
   if (std::int64_t(row_loss_.extent(0)) < rows) {
     row_loss_ = decltype(row_loss_)("gpipe::SoftmaxCrossEntropy::row_loss", rows);
     row_hit_ = decltype(row_hit_)("gpipe::SoftmaxCrossEntropy::row_hit", rows);
@@ -17,8 +22,11 @@ void SoftmaxCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t) {
 
 template <class T>
 void SoftmaxCrossEntropy<T>::accumulate(ConstMatrix<T> logits, ConstLabelVector labels, T scale,
-                                        Matrix<T> dlogits, double loss_divisor) {
+                                        Matrix<T> dlogits, std::int64_t rows_per_sample) {
   const std::int64_t n = std::int64_t(logits.extent(0)), c = std::int64_t(logits.extent(1));
+  if (rows_per_sample < 1 || n % rows_per_sample != 0)
+    throw PipelineError("softmax cross-entropy: " + std::to_string(n) + " rows are not samples of " +
+                        std::to_string(rows_per_sample) + " rows");
   reserve(n, c);
   classes_ = c;
   auto row_loss = row_loss_;
@@ -84,26 +92,30 @@ void SoftmaxCrossEntropy<T>::accumulate(ConstMatrix<T> logits, ConstLabelVector 
           });
         }
       });
-  // The micro-batch's loss (fixed order), hit and bad-label sums in one
-  // kernel, added to the running totals on the device (no fence, no copy:
-  // take_sums() reads them once per step). The first micro-batch since the
-  // last read starts the totals at 0, so each total is 0 + s_1 + s_2 + ...
-  // in call order: the additions the host made when it read each one.
+  // Each sample's loss (its rows' losses in row order, over their count),
+  // hits and bad labels added to the running totals on the device: exactly
+  // (integer atomic adds, loss/exact_sum.hpp), so in any order, and without
+  // a fence or a copy (take_sums() reads them once per run). The first
+  // micro-batch since the last read clears them first.
   auto totals = totals_;
-  const bool first = pending_ == 0;
-  RowPolicy one(space, 1, Kokkos::AUTO);
-  one.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
+  if (pending_ == 0)
+    Kokkos::parallel_for(
+        "gpipe::SoftmaxCrossEntropy::clear_totals", Kokkos::RangePolicy<ExecSpace>(space, 0, kExactWords + 2),
+        KOKKOS_LAMBDA(const std::int64_t w) { totals(w) = 0; });
+  const std::int64_t R = rows_per_sample;
   Kokkos::parallel_for(
-      "gpipe::SoftmaxCrossEntropy::totals", one, KOKKOS_LAMBDA(const RowMember& team) {
-        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
-        const double loss = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_loss(i); });
-        const double hits = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) > 0 ? 1.0 : 0.0; });
-        const double bad = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_hit(i) < 0 ? 1.0 : 0.0; });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          totals(0) = (first ? 0.0 : totals(0)) + loss / loss_divisor;
-          totals(1) = (first ? 0.0 : totals(1)) + hits;
-          totals(2) = (first ? 0.0 : totals(2)) + bad;
-        });
+      "gpipe::SoftmaxCrossEntropy::totals", Kokkos::RangePolicy<ExecSpace>(space, 0, n / R),
+      KOKKOS_LAMBDA(const std::int64_t sample) {
+        double loss = 0;
+        std::int64_t hits = 0, bad = 0;
+        for (std::int64_t r = sample * R; r < (sample + 1) * R; ++r) {
+          loss += row_loss(r);
+          hits += row_hit(r) > 0 ? 1 : 0;
+          bad += row_hit(r) < 0 ? 1 : 0;
+        }
+        exact_sum_atomic_add(totals, 0, R == 1 ? loss : loss / double(R));
+        if (hits != 0) Kokkos::atomic_add(&totals(kExactWords), hits);
+        if (bad != 0) Kokkos::atomic_add(&totals(kExactWords + 1), bad);
       });
   ++pending_;
 }
@@ -116,9 +128,10 @@ LossSums SoftmaxCrossEntropy<T>::take_sums() {
   const ExecSpace space = this->execution_space();
   Kokkos::deep_copy(space, totals_host_, totals_);
   compat::fence(space, "gpipe::SoftmaxCrossEntropy::take_sums");
-  sums.loss = totals_host_(0);
-  sums.correct = std::int64_t(totals_host_(1));
-  const std::int64_t bad = std::int64_t(totals_host_(2));
+  sums.loss_exact = ExactSum(totals_host_.data());
+  sums.round();
+  sums.correct = totals_host_(kExactWords);
+  const std::int64_t bad = totals_host_(kExactWords + 1);
   if (bad > 0)
     throw PipelineError("softmax cross-entropy: " + std::to_string(bad) +
                         " label(s) outside [0, " + std::to_string(classes_) + ")");

@@ -14,11 +14,18 @@
 namespace gpipe {
 
 LossSums& LossSums::operator+=(const LossSums& other) {
-  loss += other.loss;
+  loss_exact += other.loss_exact;
   correct += other.correct;
-  if (moments.size() < other.moments.size()) moments.resize(other.moments.size(), 0.0);
-  for (size_t i = 0; i < other.moments.size(); ++i) moments[i] += other.moments[i];
+  if (moments_exact.size() < other.moments_exact.size()) moments_exact.resize(other.moments_exact.size());
+  for (size_t i = 0; i < other.moments_exact.size(); ++i) moments_exact[i] += other.moments_exact[i];
+  round();
   return *this;
+}
+
+void LossSums::round() {
+  loss = loss_exact.value();
+  moments.resize(moments_exact.size());
+  for (size_t i = 0; i < moments_exact.size(); ++i) moments[i] = moments_exact[i].value();
 }
 
 template <class T>

@@ -4,17 +4,15 @@
 #include <fmt/format.h>
 
 #include "gpipe/core/error.hpp"
-#include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 
 namespace gpipe {
 
 template <class T>
-void RegressionLoss<T>::reserve(std::int64_t rows, std::int64_t outputs) {
-  if (std::int64_t(row_loss_.extent(0)) < rows)
-    row_loss_ = decltype(row_loss_)("gpipe::RegressionLoss::row_loss", rows);
-  if (std::int64_t(moments_.extent(0)) != 4 * outputs + 1) {  // 4 per output, then the loss sum
-    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", 4 * outputs + 1);
+void RegressionLoss<T>::reserve(std::int64_t rows, std::int64_t outputs, std::int64_t) {
+  (void)rows;  // no row buffer: each row's terms go straight into the exact sums
+  if (std::int64_t(moments_.extent(0)) != (4 * outputs + 1) * kExactWords) {  // 4 per output, then the loss
+    moments_ = decltype(moments_)("gpipe::RegressionLoss::moments", (4 * outputs + 1) * kExactWords);
     moments_host_ = Kokkos::create_mirror_view(moments_);
   }
 }
@@ -34,13 +32,21 @@ void RegressionLoss<T>::accumulate(ConstMatrix<T> outputs, const Targets<T>& tar
                                     p, outputs_));
   reserve(n, p);
   outputs_ = p;
-  const bool first = pending_ == 0;
-  auto row_loss = row_loss_;
   auto moments = moments_;
   const bool with_gradient = doutputs.extent(0) > 0;
   const int kind = int(kind_);
   const T delta = T(delta_), inv_p = T(1) / T(p);
   const ExecSpace space = this->execution_space();
+  // The totals since the last read: cleared by the first micro-batch.
+  if (pending_ == 0)
+    Kokkos::parallel_for(
+        "gpipe::RegressionLoss::clear_totals",
+        Kokkos::RangePolicy<ExecSpace>(space, 0, std::int64_t(moments.extent(0))),
+        KOKKOS_LAMBDA(const std::int64_t w) { moments(w) = 0; });
+  // One thread per row: the gradient, the row's loss (the mean over its
+  // outputs, in output order) and its 4 moment terms per output, every term
+  // added exactly to its sum (loss/exact_sum.hpp: atomic integer adds, the
+  // same totals in any order or split of the rows; no fence, no copy).
   Kokkos::parallel_for(
       "gpipe::RegressionLoss::evaluate", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(const std::int64_t i) {
@@ -64,37 +70,13 @@ void RegressionLoss<T>::accumulate(ConstMatrix<T> outputs, const Targets<T>& tar
           }
           sum += double(l);
           if (with_gradient) doutputs(i, j) = scale * inv_p * g;
+          const double ed = double(outputs(i, j)) - double(y(i, j)), t = double(y(i, j));
+          exact_sum_atomic_add(moments, (4 * j + 0) * kExactWords, ed * ed);
+          exact_sum_atomic_add(moments, (4 * j + 1) * kExactWords, ed < 0 ? -ed : ed);
+          exact_sum_atomic_add(moments, (4 * j + 2) * kExactWords, t);
+          exact_sum_atomic_add(moments, (4 * j + 3) * kExactWords, t * t);
         }
-        row_loss(i) = sum / double(p);
-      });
-  // Per-output sums in row order (deterministic), for RMSE, MAE and R^2,
-  // added to the running totals (the first micro-batch since the last read
-  // starts them at 0: 0 + s_1 + s_2 + ..., the host's additions before).
-  Kokkos::parallel_for(
-      "gpipe::RegressionLoss::moments", Kokkos::RangePolicy<ExecSpace>(space, 0, p),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        double se = 0, ae = 0, sy = 0, syy = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const double e = double(outputs(i, j)) - double(y(i, j)), t = double(y(i, j));
-          se += e * e;
-          ae += e < 0 ? -e : e;
-          sy += t;
-          syy += t * t;
-        }
-        moments(4 * j + 0) = (first ? 0.0 : moments(4 * j + 0)) + se;
-        moments(4 * j + 1) = (first ? 0.0 : moments(4 * j + 1)) + ae;
-        moments(4 * j + 2) = (first ? 0.0 : moments(4 * j + 2)) + sy;
-        moments(4 * j + 3) = (first ? 0.0 : moments(4 * j + 3)) + syy;
-      });
-  // The loss sum in fixed order (core/fixed_sum.hpp), added into the slot
-  // after the moments: take_sums() reads everything with one copy.
-  RowPolicy one(space, 1, Kokkos::AUTO);
-  one.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
-  Kokkos::parallel_for(
-      "gpipe::RegressionLoss::sum_loss", one, KOKKOS_LAMBDA(const RowMember& team) {
-        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
-        const double loss = team_sum<double>(team, lanes, n, [&](const std::int64_t i) { return row_loss(i); });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { moments(4 * p) = (first ? 0.0 : moments(4 * p)) + loss; });
+        exact_sum_atomic_add(moments, 4 * p * kExactWords, sum / double(p));
       });
   ++pending_;
 }
@@ -109,8 +91,9 @@ LossSums RegressionLoss<T>::take_sums() {
   Kokkos::deep_copy(space, host, moments_);
   compat::fence(space, "gpipe::RegressionLoss::take_sums");
   const std::int64_t p = outputs_;
-  sums.loss = host(4 * p);
-  sums.moments.assign(host.data(), host.data() + 4 * p);
+  sums.loss_exact = ExactSum(host.data() + 4 * p * kExactWords);
+  for (std::int64_t k = 0; k < 4 * p; ++k) sums.moments_exact.emplace_back(host.data() + k * kExactWords);
+  sums.round();
   return sums;
 }
 

@@ -31,9 +31,18 @@ void TokenCrossEntropy<T>::accumulate(ConstMatrix<T> outputs, const Targets<T>& 
   const Matrix<T> dz = doutputs.extent(0) > 0 ? Matrix<T>(doutputs.data(), size_t(n * tokens), size_t(V))
                                               : Matrix<T>();
   const ConstLabelVector labels = Kokkos::subview(targets.labels, std::make_pair(std::int64_t(0), n * tokens));
-  // Per sample: the mean over its tokens (each micro-batch's token sum
-  // divided by T on the device, then added to the totals).
-  tokens_.accumulate(z, labels, T(double(scale) / double(tokens)), dz, double(tokens));
+  // Per sample: the mean over its T tokens, added exactly to the totals.
+  tokens_.accumulate(z, labels, T(double(scale) / double(tokens)), dz, tokens);
+}
+
+template <class T>
+void TokenCrossEntropy<T>::reserve(std::int64_t rows, std::int64_t outputs, std::int64_t labels_per_row) {
+  if (labels_per_row < 1 || outputs % labels_per_row != 0)
+    throw PipelineError(fmt::format("token cross-entropy: {} outputs per sample do not divide into {} "
+                                    "tokens",
+                                    outputs, labels_per_row));
+  tokens_.set_execution_space(this->execution_space());
+  tokens_.reserve(rows * labels_per_row, outputs / labels_per_row);
 }
 
 template <class T>

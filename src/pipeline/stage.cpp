@@ -178,7 +178,7 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
     logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
     loss_ = make_loss<T>(model.loss);
     loss_->set_execution_space(options_.space);
-    loss_->reserve(rows, out_features_);  // the first step allocates nothing either
+    loss_->reserve(rows, out_features_, std::max<std::int64_t>(model.labels_per_sample(), 1));  // the first step allocates nothing either
   }
   weight_grads_.resize(size_t(plan.weight_grad.slots));
   for (int s = 0; s < plan.weight_grad.slots; ++s)

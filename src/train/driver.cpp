@@ -11,6 +11,7 @@
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/io/checkpoint.hpp"
 #include "gpipe/loss/token_cross_entropy.hpp"
 #include "gpipe/train/restart.hpp"
 
@@ -135,14 +136,13 @@ std::int64_t Driver<T>::train_epoch(const Dataset& train, double start) {
     if (n <= 0 || n < pipeline_.min_step_samples()) break;
     const LossSums sums = pipeline_.step(train, order, begin, n);
     p.epoch_samples += n;
+    if (!pipeline_.last_step_applied()) ++p.skipped_steps;  // kept in the position: checkpoints carry it
     if (pipeline_.last_step_applied()) {  // a skipped step's loss is not the epoch's
       p.epoch_loss_sum += sums.loss;
       p.loss_samples += n;
       if (deck.model.loss.regression()) {  // kept in the position: checkpoints carry it
-        LossSums moments;
-        moments.moments = std::move(p.metric_moments);
-        moments += sums;
-        p.metric_moments = std::move(moments.moments);
+        p.metric_moments.resize(sums.moments.size(), 0.0);  // step sums added in step order
+        for (size_t k = 0; k < sums.moments.size(); ++k) p.metric_moments[k] += sums.moments[k];
         p.metric_samples += n;
       }
     }
@@ -225,13 +225,20 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
         train.labels_name, untrained, train.samples, train.samples - untrained, train.samples - 1,
         D * t.micro_batches, D, t.micro_batches, untrained, train.samples - untrained);
   }
+  // Before the first step (as gpipe-train and the C API): the directory a
+  // checkpoint goes to must be writable on every rank (agreed, the OS's
+  // reason in the message), not found at the first save.
+  if (!c.directory.empty())
+    require_writable_directory("checkpoint.directory", c.directory, pipeline_.comm());
+  else if (stop_)
+    require_writable_directory("the working directory (where a stop signal's checkpoint goes)", ".",
+                               pipeline_.comm());
   std::vector<EpochReport> reports;
   stopped_ = false;
   first_step_ = pipeline_.steps_done();
   fit_start_ = MPI_Wtime();
   while (pipeline_.position().epoch < t.epochs) {
     const std::int64_t epoch = pipeline_.position().epoch;
-    const std::int64_t skipped_before = pipeline_.skipped_steps();
     const double start = MPI_Wtime();
     const std::int64_t seen = train_epoch(train, start);
     if (stopped_) break;  // the same decision on every rank: no report of a partial epoch
@@ -247,7 +254,7 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
     r.train_loss = r.train_samples > 0 ? p.epoch_loss_sum / double(r.train_samples) : 0.0;
     r.train_loss_finite = std::isfinite(r.train_loss);
     r.train_loss_whole_epoch = r.train_samples == p.epoch_samples;
-    r.skipped_steps = pipeline_.skipped_steps() - skipped_before;
+    r.skipped_steps = p.skipped_steps;  // the whole epoch's, also across a restart
     r.train_metric_samples = p.metric_samples;
     if (pipeline_.deck().model.loss.regression())
       r.train_metrics = regression_metrics(p.metric_moments, p.metric_samples,

@@ -11,6 +11,7 @@
 #include "gpipe/core/error.hpp"
 #include "gpipe/layers/registry.hpp"
 #include "gpipe/layers/tied.hpp"
+#include "gpipe/loss/exact_sum.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/buffer_plan.hpp"
 #include "gpipe/pipeline/stage.hpp"
@@ -137,16 +138,15 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         }
       gradient_buffers.add(rows * widest * s);  // the backward's ping-pong pair
       gradient_buffers.add(rows * widest * s);
-      // The loss's buffers (Loss::reserve, or its first evaluate): softmax
-      // cross-entropy a double loss and an int32 hit per row (token
-      // cross-entropy: per token) and 3 double totals; regression a double
-      // loss per row and 4 double moments per output + the loss sum.
+      // The loss's buffers (Loss::reserve): softmax cross-entropy a double
+      // loss and an int32 hit per row (token cross-entropy: per token) and
+      // its totals (an exact sum of kExactWords int64 words, hits, bad
+      // labels); regression 4 exact sums per output + the loss's.
       if (loss_sink && deck.model.loss.regression()) {
-        workspaces.add(rows * 8);
-        workspaces.add((4 * out_width + 1) * 8);
+        workspaces.add((4 * out_width + 1) * kExactWords * 8);
       } else if (loss_sink) {
         const std::int64_t per_row = deck.model.loss.tokens() ? deck.model.labels_per_sample() : 1;
-        workspaces.add(3 * 8);
+        workspaces.add((kExactWords + 2) * 8);
         workspaces.add(rows * per_row * 8);
         workspaces.add(rows * per_row * 4);
       }

@@ -189,13 +189,22 @@ double Pipeline<T>::from_last(double value) const {
 template <class T>
 LossSums Pipeline<T>::sum_over_replicas(LossSums sums) const {
   if (shape_.replicas == 1 || !cell_->computes_loss()) return sums;
-  MPI_Allreduce(MPI_IN_PLACE, &sums.loss, 1, MPI_DOUBLE, MPI_SUM, grid_.replica_group());
-  MPI_Allreduce(MPI_IN_PLACE, &sums.correct, 1, MPI_INT64_T, MPI_SUM, grid_.replica_group());
-  if (regression_) {  // a replica with an empty shard holds no moments yet
-    sums.moments.resize(size_t(4 * outputs_), 0.0);
-    MPI_Allreduce(MPI_IN_PLACE, sums.moments.data(), int(sums.moments.size()), MPI_DOUBLE, MPI_SUM,
-                  grid_.replica_group());
-  }
+  // Exact sums: an integer sum of their words (the same in any order), then
+  // rounded once (loss/exact_sum.hpp); a replica with an empty shard holds
+  // zeros.
+  if (regression_) sums.moments_exact.resize(size_t(4 * outputs_));
+  std::vector<std::int64_t> words;
+  auto pack = [&words](const ExactSum& s) { words.insert(words.end(), s.words().begin(), s.words().end()); };
+  pack(sums.loss_exact);
+  for (const auto& m : sums.moments_exact) pack(m);
+  words.push_back(sums.correct);
+  MPI_Allreduce(MPI_IN_PLACE, words.data(), mpi_count(std::int64_t(words.size()), "the replicas' loss sums"),
+                MPI_INT64_T, MPI_SUM, grid_.replica_group());
+  sums.loss_exact = ExactSum(words.data());
+  for (size_t k = 0; k < sums.moments_exact.size(); ++k)
+    sums.moments_exact[k] = ExactSum(words.data() + (k + 1) * kExactWords);
+  sums.correct = words.back();
+  sums.round();
   return sums;
 }
 
@@ -697,6 +706,7 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
   info.epoch_loss_samples = position_.loss_samples;
   info.epoch_metric_moments = position_.metric_moments;
   info.epoch_metric_samples = position_.metric_samples;
+  info.epoch_skipped_steps = position_.skipped_steps;
   if (shape_.replicas == 1) return write_checkpoint(path, deck_.model, info, shard, grid_.pipeline());
   std::string error;
   if (grid_.replica() == 0) {  // one copy: the replicas are identical
@@ -748,7 +758,7 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
   position_ = DataPosition{info.epoch, info.epoch_samples, info.epoch_loss_sum,
                            std::max<std::int64_t>(info.epoch_loss_samples, 0),
                            info.epoch_metric_moments,
-                           std::max<std::int64_t>(info.epoch_metric_samples, 0)};
+                           std::max<std::int64_t>(info.epoch_metric_samples, 0), info.epoch_skipped_steps};
   if (info.seed != deck_.seed && comm_.rank() == 0)
     spdlog::warn("{}: written with seed {}, the deck has seed {}: the data order and Dropout masks "
                  "differ from an uninterrupted run",

@@ -50,6 +50,7 @@ DataPosition restart_position(const CheckpointInfo& info, const std::string& pat
     p.loss_samples = std::max<std::int64_t>(info.epoch_loss_samples, 0);
     p.metric_moments = info.epoch_metric_moments;
     p.metric_samples = std::max<std::int64_t>(info.epoch_metric_samples, 0);
+    p.skipped_steps = info.epoch_skipped_steps;
   } else {  // older files: steps of the old batch size into the epoch
     const std::int64_t N = have_old ? old.training.batch_size : deck.training.batch_size;
     const std::int64_t M = have_old ? old.training.micro_batches : deck.training.micro_batches;

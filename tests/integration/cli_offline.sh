@@ -73,7 +73,7 @@ gpipe-train: 2 ranks (cells), 7 layers, precision float, mini-batch 128 in 8 mic
   input shape [784]
   cell 0: layers 0-0 (1 layers), cost 2.571e+07 (flops), activations 0.88 MiB, memory 7.4 MiB (7719040 bytes)
     layer  0 dense             output [512]               401920 parameters
-  cell 1: layers 1-6 (6 layers), cost 1.291e+07 (flops), activations 1.51 MiB, memory 3.7 MiB (3858040 bytes)
+  cell 1: layers 1-6 (6 layers), cost 1.291e+07 (flops), activations 1.51 MiB, memory 3.7 MiB (3858600 bytes)
     layer  1 relu              output [512]                    0 parameters
     layer  2 dropout           output [512]                    0 parameters
     layer  3 dense             output [256]               131328 parameters

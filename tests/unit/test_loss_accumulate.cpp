@@ -9,10 +9,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <random>
 
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/memory.hpp"
+#include "gpipe/loss/exact_sum.hpp"
 #include "gpipe/loss/loss.hpp"
 
 namespace gpipe {
@@ -135,6 +142,192 @@ TEST(LossAccumulation, BadLabelReportedByTakeSumsThenReset) {
   loss->accumulate(z, Targets<double>(ConstLabelVector(test::labels({2, 2}))), 1.0, Matrix<double>());
   const LossSums s = loss->take_sums();
   EXPECT_EQ(s.correct, 2);  // both rows' arg-max is class 2
+}
+
+// ---- Exact sums (loss/exact_sum.hpp): the metric sums' accumulator. ----
+
+double exact(const std::vector<double>& terms) {
+  ExactSum s;
+  for (double x : terms) s.add(x);
+  return s.value();
+}
+
+TEST(ExactSum, KnownSumsRoundedOnce) {
+  EXPECT_EQ(exact({}), 0.0);
+  EXPECT_EQ(exact({1e16, 1.0, -1e16}), 1.0);  // double addition in this order gives 0
+  EXPECT_EQ(exact({-1.5, 0.25}), -1.25);
+  const double u = std::ldexp(1.0, -53);  // half an ulp of 1
+  EXPECT_EQ(exact({1.0, u}), 1.0);                                          // a tie: to even
+  EXPECT_EQ(exact({1.0 + 2 * u, u}), 1.0 + 4 * u);                          // a tie: to even (up)
+  EXPECT_EQ(exact({1.0, u, std::ldexp(1.0, -200)}), 1.0 + 2 * u);           // past the tie: up
+  EXPECT_EQ(exact({1.0, u, -std::ldexp(1.0, -200)}), 1.0);                  // below the tie: down
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  EXPECT_EQ(exact({tiny, tiny, tiny}), 3 * tiny);
+  EXPECT_EQ(exact({DBL_MIN, -tiny}), DBL_MIN - tiny);  // a subnormal result
+  EXPECT_EQ(exact({DBL_MAX, DBL_MAX, -DBL_MAX}), DBL_MAX);  // double addition overflows here
+  EXPECT_EQ(exact({DBL_MAX, DBL_MAX}), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(exact({-DBL_MAX, -DBL_MAX}), -std::numeric_limits<double>::infinity());
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(exact({1.0, inf, 2.0}), inf);
+  EXPECT_EQ(exact({-inf, 1.0}), -inf);
+  EXPECT_TRUE(std::isnan(exact({inf, -inf})));
+  EXPECT_TRUE(std::isnan(exact({1.0, std::nan("")})));
+  EXPECT_EQ(exact({-0.0, 0.0}), 0.0);
+}
+
+// Terms k * 2^(s - 40), |k| < 2^50, s in [0, 30], both signs (2^-40 to 2^40
+// in magnitude): their sum is exact in a 128-bit integer, whose conversion to double rounds once
+// (to nearest even): an independent reference. Every order and every split
+// into groups added with += gives that value and the same words; plain
+// double addition in two of those orders does not (so the data tells).
+TEST(ExactSum, EveryOrderAndSplitGivesTheReference) {
+  std::mt19937_64 rng(5);
+  std::vector<double> terms;
+  __int128 total = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int bits = int(rng() % 50) + 1, shift = int(rng() % 31);
+    std::int64_t k = std::int64_t(rng() >> (64 - bits));
+    if (rng() & 1) k = -k;
+    terms.push_back(std::ldexp(double(k), shift - 40));  // exact: |k| < 2^53
+    total += __int128(k) * (__int128(1) << shift);
+  }
+  const double reference = std::ldexp(double(total), -40);
+  ExactSum in_order;
+  for (double x : terms) in_order.add(x);
+  EXPECT_EQ(in_order.value(), reference);
+  double forward = 0, backward = 0;
+  for (double x : terms) forward += x;
+  for (auto it = terms.rbegin(); it != terms.rend(); ++it) backward += *it;
+  EXPECT_NE(forward, backward) << "the data does not tell orders apart";
+  for (int trial = 0; trial < 10; ++trial) {
+    std::shuffle(terms.begin(), terms.end(), rng);
+    ExactSum whole;
+    std::size_t at = 0;
+    while (at < terms.size()) {  // random groups, each summed on its own
+      const std::size_t size = std::min<std::size_t>(terms.size() - at, 1 + rng() % 300);
+      ExactSum group;
+      for (std::size_t i = at; i < at + size; ++i) group.add(terms[i]);
+      whole += group;
+      at += size;
+    }
+    EXPECT_EQ(whole.value(), reference) << "trial " << trial;
+    EXPECT_TRUE(whole == in_order) << "trial " << trial;
+  }
+  // Words summed as integers (what the replicas' MPI_SUM does) then normalized.
+  ExactSum a, b;
+  for (std::size_t i = 0; i < terms.size(); ++i) (i % 3 == 0 ? a : b).add(terms[i]);
+  std::vector<std::int64_t> words(kExactWords);
+  for (int w = 0; w < kExactWords; ++w) words[size_t(w)] = a.words()[size_t(w)] + b.words()[size_t(w)];
+  EXPECT_EQ(ExactSum(words.data()).value(), reference);
+}
+
+// The terms added on the device with atomics (exact_sum_atomic_add) in a
+// parallel kernel give the host's words.
+TEST(ExactSum, DeviceAtomicAddsGiveTheHostWords) {
+  const auto values = test::uniform(5000, 17, -1e6, 1e6);
+  ExactSum host;
+  for (double x : values) host.add(x);
+  const auto v = test::to_device(values, std::int64_t(values.size()), 1);
+  Kokkos::View<std::int64_t*, MemSpace> words("words", kExactWords);
+  Kokkos::parallel_for(
+      "test::exact_sum", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, std::int64_t(values.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { exact_sum_atomic_add(words, 0, v(i, 0)); });
+  const auto h = test::to_host(words);
+  const ExactSum device(h.data());
+  EXPECT_TRUE(device == host);
+  EXPECT_EQ(device.value(), host.value());
+}
+
+// Class 8 (issue 25): the same rows split into 1, 2, 3, 4 or 6 micro-batches
+// (any M, any replica's share) give bitwise the same sums for every loss: each
+// sample's term is computed from its own outputs, and terms are added exactly.
+// (Before, each micro-batch's sum was formed on its own and the sums added in
+// double: the last bits followed M.)
+void check_split(const std::string& type, int per_row) {
+  LossSpec spec;
+  spec.type = type;
+  const std::int64_t rows = 24, width = 5 * per_row;
+  const auto all = batches(spec, 1, rows, width, per_row)[0];
+  LossSums reference;
+  for (int M : {1, 2, 3, 4, 6}) {
+    auto loss = make_loss<double>(spec);
+    loss->reserve(rows, width, per_row);
+    const std::int64_t step = rows / M;
+    for (std::int64_t at = 0; at < rows; at += step) {
+      const auto out = Kokkos::subview(all.outputs, std::make_pair(at, at + step), Kokkos::ALL);
+      const auto g = Kokkos::subview(all.grads, std::make_pair(at, at + step), Kokkos::ALL);
+      loss->accumulate(out, all.targets.rows(at, step), 0.25, g);
+    }
+    const LossSums s = loss->take_sums();
+    if (M == 1) {
+      reference = s;
+      EXPECT_GT(s.loss, 0.0) << type;
+      continue;
+    }
+    EXPECT_TRUE(same_bits(s.loss, reference.loss)) << type << " M = " << M << ": " << s.loss << " vs " << reference.loss;
+    EXPECT_EQ(s.correct, reference.correct) << type << " M = " << M;
+    ASSERT_EQ(s.moments.size(), reference.moments.size()) << type;
+    for (size_t i = 0; i < s.moments.size(); ++i)
+      EXPECT_TRUE(same_bits(s.moments[i], reference.moments[i])) << type << " M = " << M << " moment " << i;
+  }
+  // And the rows one by one, in reverse order, each read on its own and added
+  // with LossSums::operator+= (evaluation chunks, replicas).
+  auto loss = make_loss<double>(spec);
+  LossSums reversed;
+  for (std::int64_t at = rows - 1; at >= 0; --at) {
+    const auto out = Kokkos::subview(all.outputs, std::make_pair(at, at + 1), Kokkos::ALL);
+    reversed += loss->evaluate(out, all.targets.rows(at, 1), 0.25, Matrix<double>());
+  }
+  EXPECT_TRUE(same_bits(reversed.loss, reference.loss)) << type << " row by row";
+  EXPECT_EQ(reversed.correct, reference.correct) << type;
+  for (size_t i = 0; i < reversed.moments.size(); ++i)
+    EXPECT_TRUE(same_bits(reversed.moments[i], reference.moments[i])) << type << " row by row, moment " << i;
+}
+
+TEST(LossAccumulation, SoftmaxCrossEntropyBitwiseForEverySplit) { check_split("softmax_cross_entropy", 1); }
+TEST(LossAccumulation, TokenCrossEntropyBitwiseForEverySplit) { check_split("token_cross_entropy", 4); }
+TEST(LossAccumulation, MseMomentsBitwiseForEverySplit) { check_split("mse", 1); }
+TEST(LossAccumulation, HuberBitwiseForEverySplit) { check_split("huber", 1); }
+
+// Buffers reserved before the first step (issue 25): after reserve(), a
+// step's accumulate() and take_sums() allocate nothing (Kokkos Tools
+// allocation tracking: the high-water mark stays at the bytes live before).
+void check_no_allocation(const std::string& type, int per_row) {
+  LossSpec spec;
+  spec.type = type;
+  const std::int64_t rows = 6, width = 5 * per_row;
+  const auto data = batches(spec, 3, rows, width, per_row);
+  auto loss = make_loss<double>(spec);
+  memory::start_tracking();
+  loss->reserve(rows, width, per_row);
+  const std::int64_t reserved = memory::live_bytes();
+  EXPECT_GT(reserved, 0) << type << ": reserve() allocated nothing";
+  memory::reset_peak();
+  for (const auto& b : data) loss->accumulate(b.outputs, b.targets, 0.5, b.grads);
+  const LossSums s = loss->take_sums();
+  EXPECT_EQ(memory::peak_bytes(), reserved) << type << ": a step allocated";
+  EXPECT_EQ(memory::live_bytes(), reserved) << type;
+  memory::stop_tracking();
+  EXPECT_GT(s.loss, 0.0) << type;
+}
+
+TEST(LossAccumulation, ReservedBuffersSoAStepAllocatesNothing) {
+  check_no_allocation("softmax_cross_entropy", 1);
+  check_no_allocation("token_cross_entropy", 4);
+  check_no_allocation("mse", 1);
+  check_no_allocation("huber", 1);
+}
+
+TEST(LossAccumulation, TokenReserveRefusesOutputsThatAreNotTokens) {
+  LossSpec spec;
+  spec.type = "token_cross_entropy";
+  auto loss = make_loss<double>(spec);
+  try {
+    loss->reserve(4, 10, 3);
+    FAIL() << "expected PipelineError";
+  } catch (const PipelineError& e) {
+    EXPECT_STREQ(e.what(), "token cross-entropy: 10 outputs per sample do not divide into 3 tokens");
+  }
 }
 
 }  // namespace

@@ -54,6 +54,9 @@ struct CheckpointInfo {
   /// and the samples they cover (-1: unknown, a file without them).
   std::vector<double> epoch_metric_moments;
   std::int64_t epoch_metric_samples = -1;
+  /// Steps of epoch `epoch` so far whose update was skipped
+  /// (DataPosition::skipped_steps; 0 in a file without the record).
+  std::int64_t epoch_skipped_steps = 0;
 };
 
 /// This rank's share: the layers `layers` (global indices, increasing; a
@@ -147,6 +150,30 @@ std::string newest_checkpoint(const std::string& directory);
 /// highest steps. Files of other runs (other ids, or no id) are never
 /// touched, nor the newest checkpoint of `run`. Not collective (call on one rank).
 void prune_checkpoints(const std::string& directory, const std::string& run, int keep);
+
+/// "" if this process can create (and replace) files named `path` in its
+/// directory, else why not, with the OS's reason (strerror): a probe file is
+/// created in the directory and removed; an existing `path` must be
+/// writable and no directory. `what` names the option in the message:
+/// "WHAT PATH: cannot create files in DIR: REASON". Not collective.
+std::string unwritable_file(const std::string& what, const std::string& path);
+
+/// "" if directory `dir` exists or can be created (with its parents), and
+/// files can be created in it; else why not, with the OS's reason: "WHAT
+/// DIR: exists and is not a directory", "WHAT DIR: cannot create the
+/// directory: REASON" or "WHAT DIR/ckpt_probe.h5: cannot create files in
+/// DIR: REASON". Also true for root: a read-only file system (EROFS) or a
+/// path under a regular file (ENOTDIR) fails. Not collective.
+std::string unwritable_directory(const std::string& what, const std::string& dir);
+
+/// The check every entry point (gpipe-train, Driver::fit, the C API's
+/// gpipe_create_*) makes before the first step: the checkpoint directory
+/// `dir` is writable on every rank of `comm` (parallel HDF5 opens a
+/// checkpoint on all of a pipeline's ranks). Collective (agreed): throws
+/// AgreedError<InputError> on every rank with the first failing rank's
+/// unwritable_directory message and " (rank R)", R its rank in `comm`.
+/// `what` names the key ("checkpoint.directory").
+void require_writable_directory(const std::string& what, const std::string& dir, MPI_Comm comm);
 
 /// HDF5 group of layer `index`: "/layers/003_dense".
 std::string layer_group(std::int64_t index, const std::string& type);

@@ -28,12 +28,15 @@ class SoftmaxCrossEntropy final : public Loss<T> {
   /// If dlogits has extent n (not 0), writes dL/dz = scale * (softmax(z) - onehot(label))
   /// into it; pass scale = 1/N, N the *mini-batch* size, so the loss is the
   /// mean over the mini-batch whatever its split into micro-batches (GPipe sec. 2.2).
-  /// The micro-batch's loss sum, divided by `loss_divisor` (the tokens per
-  /// sample for token_cross_entropy; 1 otherwise), its hits and its labels
-  /// outside [0, classes) are added to the device totals (no fence);
-  /// take_sums() reads them and throws PipelineError for a bad label.
+  /// Each sample's loss, the mean over its `rows_per_sample` consecutive rows
+  /// (the tokens per sample for token_cross_entropy, their row losses added
+  /// in row order; 1 otherwise: the row's loss), is added exactly to the
+  /// device totals (LossSums, loss/exact_sum.hpp), and so are the hits and
+  /// the labels outside [0, classes) (no fence); take_sums() reads them and
+  /// throws PipelineError for a bad label. n must be a multiple of
+  /// rows_per_sample.
   void accumulate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits,
-                  double loss_divisor = 1.0);
+                  std::int64_t rows_per_sample = 1);
   /// accumulate(logits, labels, scale, dlogits) then take_sums().
   LossSums evaluate(ConstMatrix<T> logits, ConstLabelVector labels, T scale, Matrix<T> dlogits) {
     accumulate(logits, labels, scale, dlogits);
@@ -41,8 +44,9 @@ class SoftmaxCrossEntropy final : public Loss<T> {
   }
   LossSums take_sums() override;
 
-  /// Row buffers for up to `rows` rows (Loss::reserve).
-  void reserve(std::int64_t rows, std::int64_t classes) override;
+  /// Row buffers for up to rows x labels_per_row rows, and the totals
+  /// (Loss::reserve).
+  void reserve(std::int64_t rows, std::int64_t classes, std::int64_t labels_per_row = 1) override;
 
   /// 6 flops per logit (max, exp, sum, softmax, gradient).
   static double flops(std::int64_t batch, std::int64_t classes) {
@@ -52,10 +56,10 @@ class SoftmaxCrossEntropy final : public Loss<T> {
  private:
   Kokkos::View<double*, MemSpace> row_loss_;      // reserve(), else grown on demand
   Kokkos::View<std::int32_t*, MemSpace> row_hit_; // 1 correct, 0 wrong, -1 bad label
-  // Running totals since the last take_sums(): loss, hits, bad labels.
-  Kokkos::View<double[3], MemSpace> totals_{"gpipe::SoftmaxCrossEntropy::totals"};
-  typename Kokkos::View<double[3], MemSpace>::host_mirror_type totals_host_ =
-      Kokkos::create_mirror_view(totals_);
+  // Running totals since the last take_sums(): the loss's exact-sum words
+  // (kExactWords), then hits and bad labels.
+  Kokkos::View<std::int64_t*, MemSpace> totals_;  // reserve(), else on first use
+  typename Kokkos::View<std::int64_t*, MemSpace>::host_mirror_type totals_host_;
   std::int64_t pending_ = 0;  // accumulate() calls since the last take_sums()
   std::int64_t classes_ = 0;  // of the last accumulate(), for the bad-label message
 };

@@ -10,21 +10,37 @@
 #include <vector>
 
 #include "gpipe/core/views.hpp"
+#include "gpipe/loss/exact_sum.hpp"
 #include "gpipe/model/shapes.hpp"
 
 namespace gpipe {
 
 /// Sums over the rows of one micro-batch (or of many: operator+=).
+///
+/// Every sum is exact: the per-sample terms (each computed from that
+/// sample's outputs alone, so the same whatever the layout) are added into
+/// an ExactSum (loss/exact_sum.hpp), and `loss` and `moments` are those
+/// exact sums rounded once to double. Adding sums of micro-batches, evaluation
+/// chunks or replicas (operator+=, an integer MPI sum of the
+/// words) in any order therefore gives bitwise the same figures: the logged
+/// metrics do not depend on D, K, M or the schedule (docs/design.md,
+/// "Metric sums").
 struct LossSums {
-  double loss = 0;           ///< sum over rows of the per-sample loss
+  double loss = 0;           ///< sum over rows of the per-sample loss (loss_exact rounded once)
   std::int64_t correct = 0;  ///< classification: rows whose arg-max output equals the label
   /// Regression: 4 sums per output j, [4j + 0] sum of e^2, [4j + 1] sum of
   /// |e|, [4j + 2] sum of y, [4j + 3] sum of y^2, with e = prediction - y
-  /// (y the target, in the units the model is trained in). Empty otherwise.
+  /// (y the target, in the units the model is trained in), each
+  /// moments_exact[k] rounded once. Empty otherwise.
   std::vector<double> moments;
+  ExactSum loss_exact;                ///< the exact sum behind `loss`
+  std::vector<ExactSum> moments_exact;  ///< the exact sums behind `moments`
 
-  /// Adds another set of sums (moments element-wise; an empty side counts as zeros).
+  /// Adds another set of sums exactly (moments element-wise; an empty side
+  /// counts as zeros) and rounds `loss` and `moments` again.
   LossSums& operator+=(const LossSums& other);
+  /// Sets `loss` and `moments` from the exact sums (after changing them).
+  void round();
 };
 
 /// What the loss compares the outputs with: class labels (n) for
@@ -64,10 +80,10 @@ struct Targets {
 /// or a host copy; take_sums() fences once and reads every sum accumulated
 /// since the last take_sums(). A cell therefore calls accumulate() per
 /// micro-batch and take_sums() once per step (or per evaluation batch).
-/// The totals are added on the device in accumulate()'s call order, with
-/// the same double additions the host did when each micro-batch was read
-/// on its own, so the sums are bitwise those of summing evaluate() results
-/// in order (tests/unit/test_loss_optim.cpp, LossAccumulation).
+/// The totals are exact (LossSums; atomic integer adds on the device), so
+/// they are bitwise those of summing evaluate() results in any order, and
+/// of any split of the same rows into micro-batches
+/// (tests/unit/test_loss_accumulate.cpp, LossAccumulation and ExactSum).
 template <class T>
 class Loss {
  public:
@@ -97,12 +113,15 @@ class Loss {
     return take_sums();
   }
   /// Allocates the loss's buffers for micro-batches of up to `rows` rows of
-  /// `outputs` outputs, so that accumulate() allocates nothing (a cell calls
-  /// it at construction, before the first step). Without it buffers grow on
-  /// first use.
-  virtual void reserve(std::int64_t rows, std::int64_t outputs) {
+  /// `outputs` outputs with `labels_per_row` labels each (the tokens per
+  /// sample T for token_cross_entropy, whose outputs are T x V; 1 otherwise),
+  /// so that accumulate() allocates nothing (a cell calls it at
+  /// construction, before the first step). Without it buffers grow on first
+  /// use.
+  virtual void reserve(std::int64_t rows, std::int64_t outputs, std::int64_t labels_per_row = 1) {
     (void)rows;
     (void)outputs;
+    (void)labels_per_row;
   }
 
   /// The execution-space instance accumulate() submits its kernels to and

@@ -23,15 +23,17 @@ class RegressionLoss final : public Loss<T> {
   /// with another number of outputs.
   void accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) override;
   LossSums take_sums() override;
-  /// Row, moment and host buffers for up to `rows` rows (Loss::reserve).
-  void reserve(std::int64_t rows, std::int64_t outputs) override;
+  /// The exact sums' device and host buffers for `outputs` outputs (any
+  /// number of rows; Loss::reserve).
+  void reserve(std::int64_t rows, std::int64_t outputs, std::int64_t labels_per_row = 1) override;
 
  private:
   Kind kind_;
   double delta_;
-  Kokkos::View<double*, MemSpace> row_loss_;  // reserve(), else grown on demand
-  Kokkos::View<double*, MemSpace> moments_;   // running totals: 4 per output, then the loss sum
-  typename Kokkos::View<double*, MemSpace>::host_mirror_type moments_host_;
+  // Running totals, exact sums of kExactWords words each: 4 per output,
+  // then the loss (reserve(), else on first use).
+  Kokkos::View<std::int64_t*, MemSpace> moments_;
+  typename Kokkos::View<std::int64_t*, MemSpace>::host_mirror_type moments_host_;
   std::int64_t pending_ = 0;  // accumulate() calls since the last take_sums()
   std::int64_t outputs_ = 0;  // p of the pending totals
 };

@@ -22,7 +22,8 @@ namespace gpipe {
 /// size, as every loss gets) the gradient is scale/T (softmax - onehot) per
 /// token: the mean over the N*T tokens of the mini-batch, whatever its split
 /// into micro-batches and replicas. LossSums::loss sums loss_i over the
-/// rows (so a mean over samples is the loss per token); LossSums::correct
+/// rows exactly (so a mean over samples is the loss per token; each loss_i
+/// adds its T token losses in token order, then divides by T); LossSums::correct
 /// counts tokens whose arg-max logit is the target (out of n*T).
 /// Throws PipelineError for a label outside [0, V), for fewer labels than
 /// n*T, or outputs that do not divide into T tokens.
@@ -31,6 +32,10 @@ class TokenCrossEntropy final : public Loss<T> {
  public:
   void accumulate(ConstMatrix<T> outputs, const Targets<T>& targets, T scale, Matrix<T> doutputs) override;
   LossSums take_sums() override;
+  /// The token buffers for up to `rows` samples of `outputs` = T x V
+  /// logits, T = labels_per_row tokens each (rows x T token rows; Loss::reserve).
+  /// Throws PipelineError when outputs do not divide into T tokens.
+  void reserve(std::int64_t rows, std::int64_t outputs, std::int64_t labels_per_row = 1) override;
 
  private:
   SoftmaxCrossEntropy<T> tokens_;

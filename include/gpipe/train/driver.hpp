@@ -25,7 +25,9 @@ struct EpochReport {
   std::int64_t train_samples = 0;
   bool train_loss_whole_epoch = true;
   bool train_loss_finite = true;   ///< false if a non-finite loss entered it (nonfinite: ignore)
-  std::int64_t skipped_steps = 0;  ///< steps skipped for non-finite values in this epoch
+  /// Steps skipped for non-finite values (or an fp16 overflow) in this epoch:
+  /// the whole epoch's, also after a mid-epoch restart (checkpoints carry it).
+  std::int64_t skipped_steps = 0;
   /// Regression: training-set metrics over the epoch's steps, as trained
   /// (weights changing during the epoch), in the data's units. Like
   /// train_loss they cover the whole epoch also after a mid-epoch restart
@@ -94,7 +96,14 @@ class Driver {
   /// still to run) for the learning-rate schedule. Figures computed from
   /// non-finite values are printed as "not finite". Collective. Returns one report per epoch trained (empty if
   /// the pipeline is already past the last epoch). Throws InputError if the
-  /// training set is smaller than one step (fewer than micro_batches samples).
+  /// training set is smaller than one step (fewer than micro_batches samples),
+  /// and, before the first step, AgreedError<InputError> if
+  /// deck.checkpoint.directory (or, with a stop request set and no
+  /// directory, the working directory) cannot be written on some rank
+  /// (require_writable_directory, io/checkpoint.hpp: the OS's reason and the
+  /// rank). Every logged figure is formed from exact sums (docs/design.md,
+  /// "Metric sums"): the same for every layout (D, K, M) whose per-sample
+  /// forward is the same, and reproduced by evaluating the epoch's checkpoint.
   std::vector<EpochReport> fit(const Dataset& train, const Dataset& test);
 
   /// Writes a checkpoint of the current step into deck.checkpoint.directory

@@ -26,6 +26,10 @@ struct DataPosition {
   /// cover the whole epoch across a restart. Empty for classification.
   std::vector<double> metric_moments;
   std::int64_t metric_samples = 0;
+  /// Steps of this epoch so far whose update was skipped (non-finite values
+  /// or an fp16 overflow), so the epoch's report counts them all across a
+  /// restart (EpochReport::skipped_steps).
+  std::int64_t skipped_steps = 0;
 };
 
 /// The position a restart from checkpoint `path` (header `info`) resumes at
