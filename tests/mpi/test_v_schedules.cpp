@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
@@ -32,23 +33,10 @@ std::string deck(int M, const std::string& pipeline) {
   return test::deck_text(kLayers, kInput, kBatch, M, "double", pipeline);
 }
 
-struct Result {
-  std::vector<double> params;
-  double eval_loss = 0;
-  int stages = 0;
-};
+using Result = test::PipelineRun;
 
 Result train(const std::string& text, MPI_Comm comm) {
-  const Deck d = parse_deck(text, "test-deck");
-  const Dataset set = test::synthetic(kBatch * 2, kInput, 3, 99);
-  Pipeline<double> trainer(d, comm);
-  for (int s = 0; s < 2; ++s) trainer.step(set, epoch_order(set.samples, d.seed, s, true), (s % 2) * kBatch, kBatch);
-  Result r;
-  const auto params = trainer.gather_parameters();
-  r.params.assign(params.begin(), params.end());
-  r.eval_loss = trainer.evaluate(set).loss;
-  r.stages = int(trainer.partition().counts.size());
-  return r;
+  return test::run_pipeline(parse_deck(text, "test-deck"), test::synthetic(kBatch * 2, kInput, 3, 99), kBatch, comm);
 }
 
 TEST(VSchedules, BitwiseOneFOneB) {
