@@ -1,9 +1,11 @@
 #pragma once
 // Helpers of the MPI tests: ranks, and the 9-layer model with every layer type.
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace gpipe::test {
@@ -18,6 +20,19 @@ inline int world_size() {
   int s = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
+}
+
+/// A fresh, empty directory shared by all ranks of MPI_COMM_WORLD:
+/// TempDir() + "gpipe_<prefix>_<name>_<world size>". Collective: rank 0
+/// removes and creates it, then all ranks meet at a barrier.
+inline std::string shared_dir(const std::string& prefix, const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "gpipe_" + prefix + "_" + name + "_" + std::to_string(world_size());
+  if (world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
 }
 
 /// 9 layers with every layer type, Dropout included; input 6, 3 classes.

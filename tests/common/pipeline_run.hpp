@@ -15,6 +15,18 @@
 
 namespace gpipe::test {
 
+/// Runs steps [from, to) of a fixed data schedule on `p` (collective over its
+/// communicator): step s takes mini-batch (s % per_epoch) of `batch` rows of
+/// epoch_order(data.samples, seed, s / per_epoch, true).
+template <class T>
+void run_steps(Pipeline<T>& p, const Dataset& data, std::uint64_t seed, std::int64_t per_epoch,
+               std::int64_t batch, std::int64_t from, std::int64_t to) {
+  for (std::int64_t s = from; s < to; ++s) {
+    const auto order = epoch_order(data.samples, seed, s / per_epoch, true);
+    p.step(data, order, (s % per_epoch) * batch, batch);
+  }
+}
+
 /// What one run of a deck gives a test.
 struct PipelineRun {
   std::vector<double> params;  // gathered on rank 0 of the communicator

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -41,10 +42,7 @@ const Dataset& data() {
 }
 
 void run(Pipeline<double>& p, std::int64_t from, std::int64_t to) {
-  for (std::int64_t s = from; s < to; ++s) {
-    const auto order = epoch_order(data().samples, 5, s / 2, true);
-    p.step(data(), order, (s % 2) * kBatch, kBatch);
-  }
+  test::run_steps(p, data(), 5, 2, kBatch, from, to);
 }
 
 // Parameters after `steps` steps, then the evaluation loss (which reads

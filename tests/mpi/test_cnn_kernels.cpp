@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/train/pipeline.hpp"
@@ -44,10 +45,7 @@ const Dataset& data() {
 
 std::vector<float> train(const std::string& text, MPI_Comm comm) {
   Pipeline<float> p(parse_deck(text, "cnn-deck"), comm);
-  for (std::int64_t s = 0; s < 3; ++s) {
-    const auto order = epoch_order(data().samples, 5, s / 2, true);
-    p.step(data(), order, (s % 2) * kBatch, kBatch);
-  }
+  test::run_steps(p, data(), 5, 2, kBatch, 0, 3);
   auto out = p.gather_parameters();
   out.push_back(float(p.evaluate(data()).loss));
   return out;
