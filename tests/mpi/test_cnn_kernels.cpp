@@ -21,12 +21,7 @@ namespace {
 using test::world_rank;
 using test::world_size;
 
-// [2, 6, 7] -> conv [3, 6, 7] -> pool [3, 3, 3] -> conv [4, 2, 2] -> pool [4, 1, 1] -> [4] -> [3]
-const std::string kLayers =
-    "[{type: conv2d, filters: 3, kernel: 3, padding: same}, {type: batchnorm2d}, {type: relu}, "
-    "{type: maxpool2d, size: 2}, "
-    "{type: conv2d, filters: 4, kernel: 2}, {type: avgpool2d, size: 2}, {type: flatten}, "
-    "{type: dropout, rate: 0.25}, {type: dense, units: 3}]";
+const std::string kLayers = test::kSmallCnn;  // 9 layers, input [2, 6, 7], 3 classes
 constexpr std::int64_t kFeatures = 2 * 6 * 7, kBatch = 10;
 
 std::string deck_text(const std::string& kernels, int M, const std::string& pipeline,
