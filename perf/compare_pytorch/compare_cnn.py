@@ -20,79 +20,28 @@ Fashion-MNIST for gpipe-train, whose training-only samples/s comes from its
 """
 
 import argparse
-import json
 import os
-import shlex
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, HERE)
-import compare as cmp  # noqa: E402  (fair environment, child runner, load meter)
-import torch_cnn as tc  # noqa: E402  (the batch size; does not import torch)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (the driver shared with compare_vit.py; does not import torch)
 
 
 def run_torch(args, micro):
-    cmd = [args.python, os.path.join(HERE, "torch_cnn.py"), "--steps", str(args.torch_steps),
-           "--warmup", "5", "--micro-batches", str(micro)]
-    cmp.wait_idle(args)
-    with cmp.ForeignLoad() as fl:
-        _, out = cmp.run_child(cmd, cmp.torch_env(args))
-    cmp.log(args, "torch_cnn M=%d" % micro, out)
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            res = json.loads(line[7:])
-            res["foreign_load"] = fl.cores
-            return res
-    raise RuntimeError("PyTorch run failed: %s\n%s" % (shlex.join(cmd), out[-3000:]))
+    return common.run_torch(args, "torch_cnn", micro)
 
 
 def run_gpipe(args, ranks, micro, kernels="auto"):
-    env = cmp.base_env(args)
-    env["GPIPE_KERNELS"] = kernels
-    with tempfile.TemporaryDirectory() as tmp:
-        summary = os.path.join(tmp, "summary.json")
-        cmd = [args.gpipe_train, args.deck,
-               "--set", "data.train_limit=%d" % (args.gpipe_steps * tc.BATCH),
-               "--set", "training.batch_size=%d" % tc.BATCH,
-               "--set", "data.test_limit=256", "--set", "training.progress_every=0",
-               "--set", "training.epochs=1", "--set", "training.micro_batches=%d" % micro,
-               "--summary", summary]
-        if ranks > 1:
-            launcher = [args.mpirun, "-n", str(ranks), "--bind-to", "none"]
-            if os.geteuid() == 0:
-                launcher.append("--allow-run-as-root")
-            for k in list(cmp.blas_env_vars(env)) + ["GPIPE_KERNELS"]:
-                launcher += ["-x", k]
-            cmd = launcher + cmd
-        cmp.wait_idle(args)
-        with cmp.ForeignLoad() as fl:
-            rc, out = cmp.run_child(cmd, env, ROOT)
-        cmp.log(args, "gpipe_cnn ranks=%d M=%d kernels=%s" % (ranks, micro, kernels), out)
-        if rc != 0 or not os.path.exists(summary):
-            raise RuntimeError("gpipe-train failed (%d): %s\n%s" % (rc, shlex.join(cmd), out[-3000:]))
-        with open(summary) as f:
-            res = json.load(f)
-    res["foreign_load"] = fl.cores
-    res["command"] = "GPIPE_KERNELS=%s " % kernels + shlex.join(cmd)
+    res = common.run_gpipe(args, "gpipe_cnn ranks=%d M=%d kernels=%s" % (ranks, micro, kernels),
+                           ranks, micro, kernels)
+    res["command"] = "GPIPE_KERNELS=%s " % kernels + res["command"]
     return res
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--torch-steps", type=int, default=80, help="timed PyTorch steps (default 80)")
-    p.add_argument("--gpipe-steps", type=int, default=150,
-                   help="gpipe-train steps per run (one epoch of this many mini-batches; default 150)")
-    p.add_argument("--repeats", type=int, default=2, help="alternate the sides N times (default 2)")
-    p.add_argument("--deck", default=os.path.join(ROOT, "inputs", "fashion_mnist_cnn.yaml"))
-    p.add_argument("--gpipe-train", default=os.path.join(ROOT, "build", "apps", "gpipe-train"))
-    p.add_argument("--mpirun", default="mpirun")
-    p.add_argument("--python", default="/usr/bin/python3")
-    p.add_argument("--coretype", default=None, help="OPENBLAS_CORETYPE for both sides")
-    p.add_argument("--wait-idle", type=float, default=0, metavar="S")
-    p.add_argument("--log-dir", default=None)
-    p.add_argument("--json", default=None, help="write all results to this JSON file")
+    common.add_run_args(p, "fashion_mnist_cnn.yaml")
+    common.add_env_args(p)
     p.add_argument("--kernels", default="auto",
                    help="comma-separated kernel choices for the gpipe-train rows (GPIPE_KERNELS; default auto)")
     args = p.parse_args(argv)
@@ -105,32 +54,15 @@ def main(argv=None):
                  ("gpipe-train %s, 1 rank, M = 1" % k, lambda k=k: run_gpipe(args, 1, 1, k)),
                  ("gpipe-train %s, 2 ranks, M = 8 (deck)" % k, lambda k=k: run_gpipe(args, 2, 8, k))]
         targets += [(rows[-3][0], 1.1), (rows[-2][0], 1.1), (rows[-1][0], 1.6)]
-    results = {name: [] for name, _ in rows}
-    print("load before: %s; other busy processes: %s" % (cmp.load(), cmp.busy_processes()), flush=True)
-    for rep in range(args.repeats):
-        for name, fn in rows:
-            r = fn()
-            results[name].append(r)
-            print("  run %d  %-40s %8.1f samples/s  (others used %.2f cores)"
-                  % (rep + 1, name, r["samples_per_second"], r["foreign_load"]), flush=True)
-    ref = max(r["samples_per_second"] for r in results[rows[0][0]])
-    print("\n| configuration | samples/s (best of %d) | x PyTorch plain loop |" % args.repeats)
-    print("|---|---|---|")
-    for name, _ in rows:
-        best = max(r["samples_per_second"] for r in results[name])
-        print("| %s | %.0f | %.2f |" % (name, best, best / ref))
+    results, ref = common.run_rows(args, rows)
     print("\nTargets (x PyTorch plain loop):")
     for name, factor in targets:
-        got = max(r["samples_per_second"] for r in results[name]) / ref
+        got = common.best_sps(results[name]) / ref
         print("  %-45s >= %.1fx: %.2fx %s" % (name, factor, got, "met" if got >= factor else "MISSED"))
     for name, _ in rows[2:]:
         print("  command: %s" % results[name][0]["command"])
-    torch0 = results[rows[0][0]][0]
-    print("\nPyTorch %s, oneDNN (mkldnn) available: %s, threads %d; load after: %s"
-          % (torch0["torch"], torch0["mkldnn"], torch0["threads"], cmp.load()))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    print()
+    common.finish(args, rows, results)
 
 
 if __name__ == "__main__":

@@ -19,18 +19,12 @@ the RESULT line records ``torch.backends.mkldnn.is_available()``.
 Prints one JSON line prefixed ``RESULT ``.
 """
 
-import argparse
-import json
 import os
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import torch_pipeline as tp  # noqa: E402  (fair environment; does not import torch)
-
-BATCH = 128  # the deck's training.batch_size
-CLASSES = 10
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import BATCH, CLASSES  # noqa: E402,F401  (the deck's training.batch_size; 10 classes)
+import common  # noqa: E402  (the training loop shared with torch_vit.py; does not import torch)
 
 
 def build_cnn(torch):
@@ -44,50 +38,11 @@ def build_cnn(torch):
 
 
 def run(steps, warmup, micro):
-    torch = tp.configure_process(1)
-    import torch.nn.functional as F
-    torch.manual_seed(7)
-    model = build_cnn(torch)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=2.0e-3, weight_decay=1.0e-4)
-    g = torch.Generator().manual_seed(7)
-    xs = [torch.randn(BATCH, 1, 28, 28, generator=g) for _ in range(4)]
-    ys = [torch.randint(0, CLASSES, (BATCH,), generator=g) for _ in range(4)]
-    rows = tp._split_rows(BATCH, micro)
-
-    def step(i):
-        x, y = xs[i % 4], ys[i % 4]
-        opt.zero_grad(set_to_none=True)
-        if micro == 1:
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-        else:
-            for xm, ym in zip(x.split(rows), y.split(rows)):
-                loss = F.cross_entropy(model(xm), ym, reduction="sum") / BATCH
-                loss.backward()
-        opt.step()
-        return loss
-
-    for i in range(warmup):
-        step(i)
-    t0 = time.perf_counter()
-    for i in range(steps):
-        loss = step(warmup + i)
-    elapsed = time.perf_counter() - t0
-    return {"mode": "cnn", "processes": 1, "micro_batches": micro, "steps": steps,
-            "warmup": warmup, "batch": BATCH, "seconds": elapsed,
-            "samples_per_second": steps * BATCH / elapsed, "loss": float(loss),
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "mkldnn": bool(torch.backends.mkldnn.is_available())}
+    return common.train("cnn", build_cnn, steps, warmup, micro)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=100, help="timed steps (default 100)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
-    p.add_argument("--micro-batches", type=int, default=1, help="M (default 1: the plain loop)")
-    a = p.parse_args(argv)
-    print("RESULT " + json.dumps(run(a.steps, a.warmup, a.micro_batches)), flush=True)
+    common.torch_main(__doc__, "cnn", build_cnn, argv)
 
 
 if __name__ == "__main__":

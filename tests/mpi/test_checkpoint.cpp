@@ -35,15 +35,7 @@ using test::world_size;
 
 
 // A directory shared by all ranks, fresh for each test.
-std::string shared_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "gpipe_ckpt_" + name + "_" + std::to_string(world_size());
-  if (world_rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
+std::string shared_dir(const std::string& name) { return test::shared_dir("ckpt", name); }
 
 const Dataset& data() {
   static const Dataset d = test::synthetic(kBatch * 3, kInput, 3, 5);

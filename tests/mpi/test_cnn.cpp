@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -18,12 +19,7 @@ namespace {
 using test::world_rank;
 using test::world_size;
 
-// [2, 6, 7] -> conv [3, 6, 7] -> pool [3, 3, 3] -> conv [4, 2, 2] -> pool [4, 1, 1] -> [4] -> [3]
-const std::string kLayers =
-    "[{type: conv2d, filters: 3, kernel: 3, padding: same}, {type: batchnorm2d}, {type: relu}, "
-    "{type: maxpool2d, size: 2}, "
-    "{type: conv2d, filters: 4, kernel: 2}, {type: avgpool2d, size: 2}, {type: flatten}, "
-    "{type: dropout, rate: 0.25}, {type: dense, units: 3}]";
+const std::string kLayers = test::kSmallCnn;  // 9 layers, input [2, 6, 7], 3 classes
 constexpr int kLayerCount = 9;
 constexpr std::int64_t kFeatures = 2 * 6 * 7, kBatch = 10;
 
@@ -41,10 +37,7 @@ const Dataset& data() {
 }
 
 void run(Pipeline<double>& p, std::int64_t from, std::int64_t to) {
-  for (std::int64_t s = from; s < to; ++s) {
-    const auto order = epoch_order(data().samples, 5, s / 2, true);
-    p.step(data(), order, (s % 2) * kBatch, kBatch);
-  }
+  test::run_steps(p, data(), 5, 2, kBatch, from, to);
 }
 
 // Parameters after `steps` steps, then the evaluation loss (which reads

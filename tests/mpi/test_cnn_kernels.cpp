@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/train/pipeline.hpp"
@@ -20,12 +21,7 @@ namespace {
 using test::world_rank;
 using test::world_size;
 
-// [2, 6, 7] -> conv [3, 6, 7] -> pool [3, 3, 3] -> conv [4, 2, 2] -> pool [4, 1, 1] -> [4] -> [3]
-const std::string kLayers =
-    "[{type: conv2d, filters: 3, kernel: 3, padding: same}, {type: batchnorm2d}, {type: relu}, "
-    "{type: maxpool2d, size: 2}, "
-    "{type: conv2d, filters: 4, kernel: 2}, {type: avgpool2d, size: 2}, {type: flatten}, "
-    "{type: dropout, rate: 0.25}, {type: dense, units: 3}]";
+const std::string kLayers = test::kSmallCnn;  // 9 layers, input [2, 6, 7], 3 classes
 constexpr std::int64_t kFeatures = 2 * 6 * 7, kBatch = 10;
 
 std::string deck_text(const std::string& kernels, int M, const std::string& pipeline,
@@ -44,10 +40,7 @@ const Dataset& data() {
 
 std::vector<float> train(const std::string& text, MPI_Comm comm) {
   Pipeline<float> p(parse_deck(text, "cnn-deck"), comm);
-  for (std::int64_t s = 0; s < 3; ++s) {
-    const auto order = epoch_order(data().samples, 5, s / 2, true);
-    p.step(data(), order, (s % 2) * kBatch, kBatch);
-  }
+  test::run_steps(p, data(), 5, 2, kBatch, 0, 3);
   auto out = p.gather_parameters();
   out.push_back(float(p.evaluate(data()).loss));
   return out;

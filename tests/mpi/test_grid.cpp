@@ -253,15 +253,7 @@ TEST(Grid, TraceRecordsTheReduction) {
   EXPECT_EQ(waits, 1);
 }
 
-std::string shared_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "gpipe_grid_" + name + "_" + std::to_string(world_size());
-  if (world_rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
+std::string shared_dir(const std::string& name) { return test::shared_dir("grid", name); }
 
 // Writes a checkpoint after 3 steps on grid `from`; loads it on grid `to`
 // (weights bitwise), trains 3 more and compares with `to` trained 6 steps

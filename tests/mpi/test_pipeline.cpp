@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
@@ -25,26 +26,12 @@ using test::world_rank;
 using test::world_size;
 
 
-struct Result {
-  std::vector<double> params;  // on rank 0
-  Evaluation eval;
-  std::vector<std::int64_t> activation_bytes;
-};
+using Result = test::PipelineRun;
 
 // Trains `steps` steps of the deck on `comm`; parameters gathered on its rank 0.
 Result train(const std::string& text, MPI_Comm comm, int steps = 3) {
-  const Deck deck = parse_deck(text, "test-deck");
-  const Dataset data = test::synthetic(kBatch * 2, kInput, 3, 99);
-  Pipeline<double> trainer(deck, comm);
-  for (int s = 0; s < steps; ++s) {
-    const auto order = epoch_order(data.samples, deck.seed, s, true);
-    trainer.step(data, order, (s % 2) * kBatch, kBatch);
-  }
-  Result r;
-  r.params = trainer.gather_parameters();
-  r.eval = trainer.evaluate(data);
-  r.activation_bytes = trainer.gather_activation_bytes();
-  return r;
+  return test::run_pipeline(parse_deck(text, "test-deck"), test::synthetic(kBatch * 2, kInput, 3, 99), kBatch, comm,
+                            steps);
 }
 
 // The K = 1 result, computed on rank 0 alone (others get an empty result).

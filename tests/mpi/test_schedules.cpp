@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -22,29 +23,12 @@ constexpr std::int64_t kInput = test::kNineLayersInput, kBatch = 16;
 using test::world_rank;
 using test::world_size;
 
-struct Result {
-  std::vector<double> params;  // on rank 0
-  double eval_loss = 0;
-  std::vector<std::int64_t> activation_bytes;
-  std::vector<int> partition;  // layers per cell
-};
+using Result = test::PipelineRun;
 
 template <class T>
 Result train(const std::string& text, MPI_Comm comm, int steps = 2) {
-  const Deck deck = parse_deck(text, "test-deck");
-  const Dataset data = test::synthetic(kBatch * 2, kInput, 3, 99);
-  Pipeline<T> trainer(deck, comm);
-  for (int s = 0; s < steps; ++s) {
-    const auto order = epoch_order(data.samples, deck.seed, s, true);
-    trainer.step(data, order, (s % 2) * kBatch, kBatch);
-  }
-  Result r;
-  const auto params = trainer.gather_parameters();
-  r.params.assign(params.begin(), params.end());
-  r.eval_loss = trainer.evaluate(data).loss;
-  r.activation_bytes = trainer.gather_activation_bytes();
-  r.partition = trainer.partition().counts;
-  return r;
+  return test::run_pipeline<T>(parse_deck(text, "test-deck"), test::synthetic(kBatch * 2, kInput, 3, 99), kBatch,
+                               comm, steps);
 }
 
 std::string deck(int M, const std::string& schedule, const std::string& remat = "never",

@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/model/shapes.hpp"
@@ -26,12 +27,7 @@ constexpr std::int64_t kInput = test::kNineLayersInput, kBatch = 24;
 using test::world_rank;
 using test::world_size;
 
-struct Result {
-  std::vector<double> params;  // on rank 0
-  double eval_loss = 0;
-  std::vector<std::int64_t> activation_bytes;
-  std::vector<int> partition;  // layers per stage
-};
+using Result = test::PipelineRun;
 
 std::string deck(int M, const std::string& schedule, int chunks, const std::string& remat = "never") {
   return test::deck_text(kLayers, kInput, kBatch, M, "double",
@@ -44,23 +40,7 @@ Dataset data() { return test::synthetic(kBatch * 2, kInput, 3, 99); }
 // to `save` when not empty.
 Result train(const std::string& text, MPI_Comm comm, int steps = 2, const std::string& restart = "",
              const std::string& save = "") {
-  const Deck d = parse_deck(text, "test-deck");
-  const Dataset set = data();
-  Pipeline<double> trainer(d, comm);
-  int first = 0;
-  if (!restart.empty()) first = int(trainer.load_checkpoint(restart).step);
-  for (int s = first; s < first + steps; ++s) {
-    const auto order = epoch_order(set.samples, d.seed, s, true);
-    trainer.step(set, order, (s % 2) * kBatch, kBatch);
-  }
-  if (!save.empty()) trainer.save_checkpoint(save);
-  Result r;
-  const auto params = trainer.gather_parameters();
-  r.params.assign(params.begin(), params.end());
-  r.eval_loss = trainer.evaluate(set).loss;
-  r.activation_bytes = trainer.gather_activation_bytes();
-  r.partition = trainer.partition().counts;
-  return r;
+  return test::run_pipeline(parse_deck(text, "test-deck"), data(), kBatch, comm, steps, restart, save);
 }
 
 // Each stage's backwards run in micro-batch order 0..M-1, as 1f1b's do: the

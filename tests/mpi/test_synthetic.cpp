@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -23,26 +24,13 @@ const std::string kLayers =
     " {type: synthetic, units: 4, forward_us: 0, params: 2},"
     " {type: synthetic, units: 3, forward_us: 30, backward_weights_us: 15, params: 4}]";
 
-struct Result {
-  std::vector<double> params;
-  double eval_loss = 0;
-};
+using Result = test::PipelineRun;
 
 Result train(const std::string& schedule, MPI_Comm comm) {
   const Deck deck = parse_deck(test::deck_text(kLayers, kInput, kBatch, 3, "double",
                                                "{schedule: " + schedule + "}"),
                                "synthetic-deck");
-  const Dataset data = test::synthetic(kBatch * 2, kInput, 3, 17);
-  Pipeline<double> trainer(deck, comm);
-  for (int s = 0; s < 2; ++s) {
-    const auto order = epoch_order(data.samples, deck.seed, s, true);
-    trainer.step(data, order, (s % 2) * kBatch, kBatch);
-  }
-  Result r;
-  const auto params = trainer.gather_parameters();
-  r.params.assign(params.begin(), params.end());
-  r.eval_loss = trainer.evaluate(data).loss;
-  return r;
+  return test::run_pipeline(deck, test::synthetic(kBatch * 2, kInput, 3, 17), kBatch, comm);
 }
 
 TEST(Synthetic, EmulatedDeckRunsEverySchedulePassingDataThrough) {

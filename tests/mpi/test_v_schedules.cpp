@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/model/shapes.hpp"
@@ -40,34 +41,14 @@ std::string deck(int M, const std::string& pipeline) {
   return test::deck_text(kLayers, kInput, kBatch, M, "double", pipeline);
 }
 
-struct Result {
-  std::vector<double> params;
-  double eval_loss = 0;
-  int stages = 0;
-  std::vector<std::int64_t> activation_bytes;
-  std::vector<int> partition;
-};
+using Result = test::PipelineRun;
 
 // Trains `steps` steps (from the checkpoint `restart` when not empty) and
 // saves a checkpoint to `save` when not empty.
 Result train(const std::string& text, MPI_Comm comm, int steps = 2, const std::string& restart = "",
              const std::string& save = "") {
-  const Deck d = parse_deck(text, "test-deck");
-  const Dataset set = test::synthetic(kBatch * 2, kInput, 3, 99);
-  Pipeline<double> trainer(d, comm);
-  int first = 0;
-  if (!restart.empty()) first = int(trainer.load_checkpoint(restart).step);
-  for (int s = first; s < first + steps; ++s)
-    trainer.step(set, epoch_order(set.samples, d.seed, s, true), (s % 2) * kBatch, kBatch);
-  if (!save.empty()) trainer.save_checkpoint(save);
-  Result r;
-  const auto params = trainer.gather_parameters();
-  r.params.assign(params.begin(), params.end());
-  r.eval_loss = trainer.evaluate(set).loss;
-  r.stages = int(trainer.partition().counts.size());
-  r.activation_bytes = trainer.gather_activation_bytes();
-  r.partition = trainer.partition().counts;
-  return r;
+  return test::run_pipeline(parse_deck(text, "test-deck"), test::synthetic(kBatch * 2, kInput, 3, 99), kBatch, comm,
+                            steps, restart, save);
 }
 
 TEST(VSchedules, BitwiseOneFOneB) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -40,10 +41,7 @@ const Dataset& data() {
 }
 
 void run(Pipeline<double>& p, std::int64_t from, std::int64_t to) {
-  for (std::int64_t s = from; s < to; ++s) {
-    const auto order = epoch_order(data().samples, 7, s / 3, true);
-    p.step(data(), order, (s % 3) * kBatch, kBatch);
-  }
+  test::run_steps(p, data(), 7, 3, kBatch, from, to);
 }
 
 std::vector<double> train(const std::string& pipeline, MPI_Comm comm, int steps = 3) {
