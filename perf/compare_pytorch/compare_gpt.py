@@ -28,7 +28,17 @@ Speed: tokens/s of the training steps at 1 process, one thread each (the fair
 environment of torch_pipeline.py; gpipe-train's figure is its --summary
 samples_per_second times T). Prints both curves and a JSON line "RESULT ...".
 
+Precision (--precision float bf16: both, one after the other in one run):
+float is fp32 on both sides; bf16 is gpipe's `precision: bf16` (fp32 master
+weights and optimizer state, bf16 GEMM/attention operands with fp32
+accumulation, bf16 activations) against PyTorch's
+torch.autocast('cpu', dtype=torch.bfloat16) around the forward and the loss
+(fp32 weights, bf16 matmuls; the loss and the optimizer in fp32), in training
+and in validation.
+
   /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 2048
+  /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 1536 --test-limit 128 \
+      --precision float bf16
 """
 
 import argparse
@@ -172,8 +182,15 @@ def build_gpt(torch, c):
     return GPT()
 
 
-def run_torch(c, log):
+def run_torch(c, log, precision="float"):
     torch = tp.configure_process(1)
+    import contextlib
+
+    def cast():  # bf16: autocast the forward and the loss (weights, gradients, AdamW stay fp32)
+        if precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     F = torch.nn.functional
     torch.manual_seed(c["seed"])
     model = build_gpt(torch, c)
@@ -189,7 +206,7 @@ def run_torch(c, log):
 
     def validate():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), cast():
             loss = sum(float(F.cross_entropy(model(vx[i:i + N]).flatten(0, 1), vy[i:i + N].flatten(), reduction="sum"))
                        for i in range(0, vx.shape[0], N))
         model.train()
@@ -203,7 +220,8 @@ def run_torch(c, log):
             for g in opt.param_groups:
                 g["lr"] = learning_rate(c, step, total)
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xs[rows]).flatten(0, 1), ys[rows].flatten())
+            with cast():
+                loss = F.cross_entropy(model(xs[rows]).flatten(0, 1), ys[rows].flatten())
             loss.backward()
             if c["clip"] > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
@@ -211,12 +229,13 @@ def run_torch(c, log):
             step += 1
         seconds += time.perf_counter() - t0
         curve.append(validate())
-        log(f"  pytorch    epoch {epoch + 1}: step {step}, validation loss {curve[-1]:.4f}")
+        log(f"  pytorch {precision:5s} epoch {epoch + 1}: step {step}, validation loss {curve[-1]:.4f}")
     return {"validation_loss": curve, "tokens_per_second": step * N * c["T"] / seconds, "steps": step,
-            "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "steps_per_epoch": per_epoch, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "precision": precision}
 
 
-def run_gpipe(args, log):
+def run_gpipe(args, log, precision="float"):
     env = dict(os.environ)
     env.update(tp.FAIR_ENV)
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,13 +244,15 @@ def run_gpipe(args, log):
                "--set", "checkpoint.directory=" + os.path.join(tmp, "ckpt")]
         for s in args.set:
             cmd += ["--set", s]
+        cmd += ["--set", "precision=" + precision]
         subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
         with open(summary) as f:
             j = json.load(f)
     curve = [h["test_loss"] for h in j["history"]]
     for e, v in enumerate(curve):
-        log(f"  gpipe      epoch {e + 1}: validation loss {v:.4f}")
-    return {"validation_loss": curve, "tokens_per_second": float(j["samples_per_second"]) * j["tokens_per_sample"]}
+        log(f"  gpipe   {precision:5s} epoch {e + 1}: validation loss {v:.4f}")
+    return {"validation_loss": curve, "tokens_per_second": float(j["samples_per_second"]) * j["tokens_per_sample"],
+            "precision": precision}
 
 
 def main(argv=None):
@@ -242,7 +263,12 @@ def main(argv=None):
     p.add_argument("--train-limit", type=int, help="data.train_limit (sequences) for both sides")
     p.add_argument("--test-limit", type=int, help="data.test_limit (sequences) for both sides")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE deck override for both sides")
+    p.add_argument("--precision", nargs="+", choices=["float", "bf16"], default=["float"],
+                   help="float (fp32 both sides) and/or bf16 (gpipe precision: bf16 vs torch.autocast bf16); "
+                        "several run one after the other, side by side in one table")
     a = p.parse_args(argv)
+    if any(s.startswith("precision=") for s in a.set):
+        p.error("give the precision with --precision, not --set precision=...")
     for key, value in (("training.epochs", a.epochs), ("data.train_limit", a.train_limit),
                        ("data.test_limit", a.test_limit)):
         if value is not None:
@@ -251,13 +277,23 @@ def main(argv=None):
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"compare_gpt: {c['blocks']} blocks, width {c['d']}, context {c['T']}, vocabulary {c['V']}, "
         f"batch {c['batch']}, {c['epochs']} epochs; machine load {os.getloadavg()[0]:.1f}")
-    g = run_gpipe(a, log)
-    t = run_torch(c, log)
-    within = [abs(x - y) / y for x, y in zip(g["validation_loss"], t["validation_loss"])]
-    log(f"  relative difference per epoch: {', '.join(f'{100 * w:.2f}%' for w in within)} (target < 1%)")
-    log(f"  tokens/s at 1 process: gpipe {g['tokens_per_second']:.0f}, pytorch {t['tokens_per_second']:.0f} "
-        f"(ratio {g['tokens_per_second'] / t['tokens_per_second']:.2f})")
-    print("RESULT " + json.dumps({"gpipe": g, "pytorch": t, "relative_difference": within, "settings": c,
+    results = {}
+    for precision in a.precision:
+        g = run_gpipe(a, log, precision)
+        t = run_torch(c, log, precision)
+        within = [abs(x - y) / y for x, y in zip(g["validation_loss"], t["validation_loss"])]
+        results[precision] = {"gpipe": g, "pytorch": t, "relative_difference": within,
+                              "load_average": os.getloadavg()[0]}
+    log("  precision  epoch  step  gpipe loss  pytorch loss  difference  gpipe tok/s  pytorch tok/s  ratio")
+    for precision, r in results.items():
+        g, t = r["gpipe"], r["pytorch"]
+        for e, (x, y, w) in enumerate(zip(g["validation_loss"], t["validation_loss"], r["relative_difference"])):
+            log(f"  {precision:9s}  {e + 1:5d}  {(e + 1) * t['steps_per_epoch']:4d}  {x:10.4f}  {y:12.4f}  "
+                f"{100 * w:9.2f}%  {g['tokens_per_second']:11.0f}  {t['tokens_per_second']:13.0f}  "
+                f"{g['tokens_per_second'] / t['tokens_per_second']:5.2f}")
+    log("  (target: validation loss within 1% of PyTorch's at the same step, tokens/s ratio >= 1.0)")
+    first = results[a.precision[0]]
+    print("RESULT " + json.dumps({**first, "by_precision": results, "settings": c,
                                   "load_average": os.getloadavg()[0]}), flush=True)
 
 
