@@ -7,6 +7,8 @@ same optimizer for the same steps:
 
   model     token_embedding (V, d) -> learned positions (T, d) -> L causal
             pre-LN blocks (x + proj(attn(LN(x))), then + W2 GELU_tanh(W1 LN(.)))
+            -> [a final LayerNorm (GPT-2's ln_f) when the deck has a layer_norm
+            right before its lm_head, as inputs/kjv_gpt_large.yaml does]
             -> lm_head (V, d) without bias; the deck's sizes (--set overrides
             of the deck are applied to both sides)
   data      data/kjv_train.h5 and data/kjv_validation.h5 cut into sequences of
@@ -39,6 +41,8 @@ and in validation.
   /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 2048
   /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 1536 --test-limit 128 \
       --precision float bf16
+  /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 1 --train-limit 384 --test-limit 32 \
+      --precision float bf16 --repeats 3     # speed on a loaded machine: paired runs
 """
 
 import argparse
@@ -122,6 +126,9 @@ def deck_settings(args):
         "cosine": deck["optimizer"].get("schedule", "constant") == "cosine",
         "clip": float(deck["optimizer"].get("clip_norm", 0)),
         "tied": "tie" in layers[-1],
+        # GPT-2's final LayerNorm (ln_f): a layer_norm right before the lm_head
+        "ln_f": len(layers) >= 2 and layers[-2]["type"] == "layer_norm",
+        "ln_f_eps": float(layers[-2].get("eps", 1e-5)) if len(layers) >= 2 else 1e-5,
     }
 
 
@@ -171,13 +178,14 @@ def build_gpt(torch, c):
             nn.init.uniform_(self.emb.weight, -a, a)
             self.pos = nn.Parameter(torch.empty(T, d).uniform_(-0.02, 0.02))
             self.blocks = nn.Sequential(*[Block() for _ in range(c["blocks"])])
+            self.ln_f = nn.LayerNorm(d, eps=c["ln_f_eps"]) if c["ln_f"] else nn.Identity()
             self.head = nn.Linear(d, c["V"], bias=False)
             nn.init.uniform_(self.head.weight, -a, a)
             if c["tied"]:
                 self.head.weight = self.emb.weight
 
         def forward(self, ids):
-            return self.head(self.blocks(self.emb(ids) + self.pos))
+            return self.head(self.ln_f(self.blocks(self.emb(ids) + self.pos)))
 
     return GPT()
 
@@ -266,7 +274,12 @@ def main(argv=None):
     p.add_argument("--precision", nargs="+", choices=["float", "bf16"], default=["float"],
                    help="float (fp32 both sides) and/or bf16 (gpipe precision: bf16 vs torch.autocast bf16); "
                         "several run one after the other, side by side in one table")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run each side this many times, alternating (gpipe, pytorch, gpipe, ...), and quote the "
+                        "median tokens/s and the median of the pairs' ratios (for a loaded machine)")
     a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
     if any(s.startswith("precision=") for s in a.set):
         p.error("give the precision with --precision, not --set precision=...")
     for key, value in (("training.epochs", a.epochs), ("data.train_limit", a.train_limit),
@@ -279,18 +292,25 @@ def main(argv=None):
         f"batch {c['batch']}, {c['epochs']} epochs; machine load {os.getloadavg()[0]:.1f}")
     results = {}
     for precision in a.precision:
-        g = run_gpipe(a, log, precision)
-        t = run_torch(c, log, precision)
+        runs = []  # gpipe, pytorch, gpipe, pytorch, ...: a pair's ratio sees the same machine load
+        for _ in range(a.repeats):
+            runs.append((run_gpipe(a, log, precision), run_torch(c, log, precision)))
+        g, t = runs[0]
         within = [abs(x - y) / y for x, y in zip(g["validation_loss"], t["validation_loss"])]
+        ratios = sorted(x["tokens_per_second"] / y["tokens_per_second"] for x, y in runs)
+        median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        g = dict(g, tokens_per_second=median([x["tokens_per_second"] for x, _ in runs]))
+        t = dict(t, tokens_per_second=median([y["tokens_per_second"] for _, y in runs]))
         results[precision] = {"gpipe": g, "pytorch": t, "relative_difference": within,
-                              "load_average": os.getloadavg()[0]}
-    log("  precision  epoch  step  gpipe loss  pytorch loss  difference  gpipe tok/s  pytorch tok/s  ratio")
+                              "pair_ratios": ratios, "ratio": median(ratios), "load_average": os.getloadavg()[0]}
+    log(f"  precision  epoch  step  gpipe loss  pytorch loss  difference  gpipe tok/s  pytorch tok/s  ratio"
+        f"{'  (tok/s: medians of ' + str(a.repeats) + ' runs; ratio: median of the pairs)' if a.repeats > 1 else ''}")
     for precision, r in results.items():
         g, t = r["gpipe"], r["pytorch"]
         for e, (x, y, w) in enumerate(zip(g["validation_loss"], t["validation_loss"], r["relative_difference"])):
             log(f"  {precision:9s}  {e + 1:5d}  {(e + 1) * t['steps_per_epoch']:4d}  {x:10.4f}  {y:12.4f}  "
                 f"{100 * w:9.2f}%  {g['tokens_per_second']:11.0f}  {t['tokens_per_second']:13.0f}  "
-                f"{g['tokens_per_second'] / t['tokens_per_second']:5.2f}")
+                f"{r['ratio']:5.2f}")
     log("  (target: validation loss within 1% of PyTorch's at the same step, tokens/s ratio >= 1.0)")
     first = results[a.precision[0]]
     print("RESULT " + json.dumps({**first, "by_precision": results, "settings": c,
