@@ -223,9 +223,9 @@ class Pipeline {
     return std::int64_t(shape_.replicas) * deck_.training.micro_batches;
   }
 
-  /// All parameters of the model in layer order, gathered on the first cell
-  /// of every replica, rank 0 included (empty elsewhere): the same layout
-  /// for every partition and grid. Collective.
+  /// All parameters of the model in layer order (a tied lm_head's weight once, as its token_embedding's:
+  /// total_parameters() values), gathered on the first cell of every replica, rank 0 included (empty
+  /// elsewhere): the same layout for every partition, grid and schedule. Collective.
   std::vector<T> gather_parameters() const;
   /// Activation bytes of each of the K cells (index = cell), on all ranks.
   /// Collective.
@@ -241,7 +241,7 @@ class Pipeline {
   /// each replica group). Collective. Debug builds check it after every step.
   bool replicas_identical() const;
 
-  /// Parameters of the whole model (all cells).
+  /// Parameters of the whole model (all cells), a tied lm_head's weight counted once (its token_embedding's).
   std::int64_t total_parameters() const;
 
   /// The recorder of this rank's timeline (records every deck.trace.every-th
