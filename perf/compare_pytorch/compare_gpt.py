@@ -7,6 +7,8 @@ same optimizer for the same steps:
 
   model     token_embedding (V, d) -> learned positions (T, d) -> L causal
             pre-LN blocks (x + proj(attn(LN(x))), then + W2 GELU_tanh(W1 LN(.)))
+            -> [a final LayerNorm (GPT-2's ln_f) when the deck has a layer_norm
+            right before its lm_head, as inputs/kjv_gpt_large.yaml does]
             -> lm_head (V, d) without bias; the deck's sizes (--set overrides
             of the deck are applied to both sides)
   data      data/kjv_train.h5 and data/kjv_validation.h5 cut into sequences of
@@ -28,7 +30,19 @@ Speed: tokens/s of the training steps at 1 process, one thread each (the fair
 environment of torch_pipeline.py; gpipe-train's figure is its --summary
 samples_per_second times T). Prints both curves and a JSON line "RESULT ...".
 
+Precision (--precision float bf16: both, one after the other in one run):
+float is fp32 on both sides; bf16 is gpipe's `precision: bf16` (fp32 master
+weights and optimizer state, bf16 GEMM/attention operands with fp32
+accumulation, bf16 activations) against PyTorch's
+torch.autocast('cpu', dtype=torch.bfloat16) around the forward and the loss
+(fp32 weights, bf16 matmuls; the loss and the optimizer in fp32), in training
+and in validation.
+
   /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 2048
+  /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 2 --train-limit 1536 --test-limit 128 \
+      --precision float bf16
+  /usr/bin/python3 perf/compare_pytorch/compare_gpt.py --epochs 1 --train-limit 384 --test-limit 32 \
+      --precision float bf16 --repeats 3     # speed on a loaded machine: paired runs
 """
 
 import argparse
@@ -112,6 +126,9 @@ def deck_settings(args):
         "cosine": deck["optimizer"].get("schedule", "constant") == "cosine",
         "clip": float(deck["optimizer"].get("clip_norm", 0)),
         "tied": "tie" in layers[-1],
+        # GPT-2's final LayerNorm (ln_f): a layer_norm right before the lm_head
+        "ln_f": len(layers) >= 2 and layers[-2]["type"] == "layer_norm",
+        "ln_f_eps": float(layers[-2].get("eps", 1e-5)) if len(layers) >= 2 else 1e-5,
     }
 
 
@@ -161,19 +178,27 @@ def build_gpt(torch, c):
             nn.init.uniform_(self.emb.weight, -a, a)
             self.pos = nn.Parameter(torch.empty(T, d).uniform_(-0.02, 0.02))
             self.blocks = nn.Sequential(*[Block() for _ in range(c["blocks"])])
+            self.ln_f = nn.LayerNorm(d, eps=c["ln_f_eps"]) if c["ln_f"] else nn.Identity()
             self.head = nn.Linear(d, c["V"], bias=False)
             nn.init.uniform_(self.head.weight, -a, a)
             if c["tied"]:
                 self.head.weight = self.emb.weight
 
         def forward(self, ids):
-            return self.head(self.blocks(self.emb(ids) + self.pos))
+            return self.head(self.ln_f(self.blocks(self.emb(ids) + self.pos)))
 
     return GPT()
 
 
-def run_torch(c, log):
+def run_torch(c, log, precision="float"):
     torch = tp.configure_process(1)
+    import contextlib
+
+    def cast():  # bf16: autocast the forward and the loss (weights, gradients, AdamW stay fp32)
+        if precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     F = torch.nn.functional
     torch.manual_seed(c["seed"])
     model = build_gpt(torch, c)
@@ -189,7 +214,7 @@ def run_torch(c, log):
 
     def validate():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), cast():
             loss = sum(float(F.cross_entropy(model(vx[i:i + N]).flatten(0, 1), vy[i:i + N].flatten(), reduction="sum"))
                        for i in range(0, vx.shape[0], N))
         model.train()
@@ -203,7 +228,8 @@ def run_torch(c, log):
             for g in opt.param_groups:
                 g["lr"] = learning_rate(c, step, total)
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xs[rows]).flatten(0, 1), ys[rows].flatten())
+            with cast():
+                loss = F.cross_entropy(model(xs[rows]).flatten(0, 1), ys[rows].flatten())
             loss.backward()
             if c["clip"] > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
@@ -211,12 +237,13 @@ def run_torch(c, log):
             step += 1
         seconds += time.perf_counter() - t0
         curve.append(validate())
-        log(f"  pytorch    epoch {epoch + 1}: step {step}, validation loss {curve[-1]:.4f}")
+        log(f"  pytorch {precision:5s} epoch {epoch + 1}: step {step}, validation loss {curve[-1]:.4f}")
     return {"validation_loss": curve, "tokens_per_second": step * N * c["T"] / seconds, "steps": step,
-            "torch": torch.__version__, "threads": torch.get_num_threads()}
+            "steps_per_epoch": per_epoch, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "precision": precision}
 
 
-def run_gpipe(args, log):
+def run_gpipe(args, log, precision="float"):
     env = dict(os.environ)
     env.update(tp.FAIR_ENV)
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,13 +252,15 @@ def run_gpipe(args, log):
                "--set", "checkpoint.directory=" + os.path.join(tmp, "ckpt")]
         for s in args.set:
             cmd += ["--set", s]
+        cmd += ["--set", "precision=" + precision]
         subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
         with open(summary) as f:
             j = json.load(f)
     curve = [h["test_loss"] for h in j["history"]]
     for e, v in enumerate(curve):
-        log(f"  gpipe      epoch {e + 1}: validation loss {v:.4f}")
-    return {"validation_loss": curve, "tokens_per_second": float(j["samples_per_second"]) * j["tokens_per_sample"]}
+        log(f"  gpipe   {precision:5s} epoch {e + 1}: validation loss {v:.4f}")
+    return {"validation_loss": curve, "tokens_per_second": float(j["samples_per_second"]) * j["tokens_per_sample"],
+            "precision": precision}
 
 
 def main(argv=None):
@@ -242,7 +271,17 @@ def main(argv=None):
     p.add_argument("--train-limit", type=int, help="data.train_limit (sequences) for both sides")
     p.add_argument("--test-limit", type=int, help="data.test_limit (sequences) for both sides")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE deck override for both sides")
+    p.add_argument("--precision", nargs="+", choices=["float", "bf16"], default=["float"],
+                   help="float (fp32 both sides) and/or bf16 (gpipe precision: bf16 vs torch.autocast bf16); "
+                        "several run one after the other, side by side in one table")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run each side this many times, alternating (gpipe, pytorch, gpipe, ...), and quote the "
+                        "median tokens/s and the median of the pairs' ratios (for a loaded machine)")
     a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
+    if any(s.startswith("precision=") for s in a.set):
+        p.error("give the precision with --precision, not --set precision=...")
     for key, value in (("training.epochs", a.epochs), ("data.train_limit", a.train_limit),
                        ("data.test_limit", a.test_limit)):
         if value is not None:
@@ -251,13 +290,30 @@ def main(argv=None):
     log = lambda s: print(s, flush=True)  # noqa: E731
     log(f"compare_gpt: {c['blocks']} blocks, width {c['d']}, context {c['T']}, vocabulary {c['V']}, "
         f"batch {c['batch']}, {c['epochs']} epochs; machine load {os.getloadavg()[0]:.1f}")
-    g = run_gpipe(a, log)
-    t = run_torch(c, log)
-    within = [abs(x - y) / y for x, y in zip(g["validation_loss"], t["validation_loss"])]
-    log(f"  relative difference per epoch: {', '.join(f'{100 * w:.2f}%' for w in within)} (target < 1%)")
-    log(f"  tokens/s at 1 process: gpipe {g['tokens_per_second']:.0f}, pytorch {t['tokens_per_second']:.0f} "
-        f"(ratio {g['tokens_per_second'] / t['tokens_per_second']:.2f})")
-    print("RESULT " + json.dumps({"gpipe": g, "pytorch": t, "relative_difference": within, "settings": c,
+    results = {}
+    for precision in a.precision:
+        runs = []  # gpipe, pytorch, gpipe, pytorch, ...: a pair's ratio sees the same machine load
+        for _ in range(a.repeats):
+            runs.append((run_gpipe(a, log, precision), run_torch(c, log, precision)))
+        g, t = runs[0]
+        within = [abs(x - y) / y for x, y in zip(g["validation_loss"], t["validation_loss"])]
+        ratios = sorted(x["tokens_per_second"] / y["tokens_per_second"] for x, y in runs)
+        median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+        g = dict(g, tokens_per_second=median([x["tokens_per_second"] for x, _ in runs]))
+        t = dict(t, tokens_per_second=median([y["tokens_per_second"] for _, y in runs]))
+        results[precision] = {"gpipe": g, "pytorch": t, "relative_difference": within,
+                              "pair_ratios": ratios, "ratio": median(ratios), "load_average": os.getloadavg()[0]}
+    log(f"  precision  epoch  step  gpipe loss  pytorch loss  difference  gpipe tok/s  pytorch tok/s  ratio"
+        f"{'  (tok/s: medians of ' + str(a.repeats) + ' runs; ratio: median of the pairs)' if a.repeats > 1 else ''}")
+    for precision, r in results.items():
+        g, t = r["gpipe"], r["pytorch"]
+        for e, (x, y, w) in enumerate(zip(g["validation_loss"], t["validation_loss"], r["relative_difference"])):
+            log(f"  {precision:9s}  {e + 1:5d}  {(e + 1) * t['steps_per_epoch']:4d}  {x:10.4f}  {y:12.4f}  "
+                f"{100 * w:9.2f}%  {g['tokens_per_second']:11.0f}  {t['tokens_per_second']:13.0f}  "
+                f"{r['ratio']:5.2f}")
+    log("  (target: validation loss within 1% of PyTorch's at the same step, tokens/s ratio >= 1.0)")
+    first = results[a.precision[0]]
+    print("RESULT " + json.dumps({**first, "by_precision": results, "settings": c,
                                   "load_average": os.getloadavg()[0]}), flush=True)
 
 

@@ -25,6 +25,7 @@
 #include "gpipe/core/agreed.hpp"
 #include "gpipe/optim/optimizer.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/layers/tied.hpp"
 #include "hdf5_handle.hpp"
 
 namespace gpipe {
@@ -59,8 +60,13 @@ struct LayerLayout {
 template <class T>
 std::vector<LayerLayout> layouts(const ModelSpec& model) {
   std::vector<LayerLayout> out;
-  for (const auto& layer : model_shapes(model))
+  const TiedLayers tied = tied_layers(model);
+  for (const auto& layer : model_shapes(model)) {
     out.push_back({layer_group(layer.index, layer.type()), layer.parameters, layer.state});
+    // A tied lm_head's weight is the token_embedding's (layers/tied.hpp):
+    // stored once, in the embedding's group; the head's group holds none.
+    if (int(layer.index) == tied.head) out.back().specs.clear();
+  }
   return out;
 }
 

@@ -11,8 +11,10 @@
 //   FLOPs: 2 nT d V forward, 2 nT d V per gradient. No saved state.
 //   Loss: model.loss token_cross_entropy reads its [T, V] output per token.
 //   tie: token_embedding (optional): W and the model's token_embedding E are
-//   one parameter (layers/tied.hpp; Pipeline starts W from E and sums the
-//   two gradients before every update, so they stay bitwise equal).
+//   one parameter (layers/tied.hpp): on one rank the Runner binds W to E's
+//   values (one matrix; the layer does not know it), on two Pipeline starts
+//   W from E and sums the two gradients before every update, so they stay
+//   bitwise equal.
 
 #include <fmt/format.h>
 

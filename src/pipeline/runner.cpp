@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/layers/tied.hpp"
 
 namespace gpipe {
 
@@ -81,14 +82,33 @@ Runner<T>::Runner(const ModelSpec& model, const Partition& partition, MPI_Comm c
       total += layers_.back()->parameter_count();
       total_state += layers_.back()->state_count();
     }
-  params_ = Vector<T>("gpipe::Cell::parameters", total);
+  // A tied lm_head on the rank of its token_embedding (layers/tied.hpp) is
+  // one matrix: the head's values are the embedding's, and its V x d
+  // gradient slot, the last of the gradient buffer, is summed into the
+  // embedding's by Pipeline before the update (docs/design.md).
+  const TiedLayers tie = tied_layers(model);
+  const int head = tie.tied() ? local_layer(tie.head) : -1, embedding = tie.tied() ? local_layer(tie.embedding) : -1;
+  if (head >= 0 && embedding >= 0) {
+    for (size_t l = size_t(head) + 1; l < layers_.size(); ++l)
+      require(layers_[l]->parameter_count() == 0,
+              fmt::format("{}: lm_head: tie: layer {} ({}) after the tied head has parameters; the head and its "
+                          "token_embedding share one matrix on rank {}, which needs the head to be its rank's last "
+                          "layer with parameters",
+                          model.layers.at(size_t(tie.head)).where, global_layers_[l],
+                          model.layers.at(size_t(global_layers_[l])).type, rank()));
+    shared_head_ = head;
+  }
+  const std::vector<std::int64_t> values_at = value_offsets();
+  params_ = Vector<T>("gpipe::Cell::parameters", values_at.back());
   grads_ = Vector<T>("gpipe::Cell::gradients", total);
   layer_state_ = Vector<T>("gpipe::Cell::state", total_state);
   std::int64_t offset = 0, state_offset = 0;
-  for (auto& layer : layers_) {
-    layer->bind(params_.data() + offset, grads_.data() + offset);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto& layer = layers_[l];
+    const bool shared = int(l) == shared_head_;  // its values: the embedding's, initialized there
+    layer->bind(params_.data() + values_at[shared ? size_t(embedding) : l], grads_.data() + offset);
     layer->bind_state(layer_state_.data() + state_offset);
-    layer->initialize(options.seed);
+    if (!shared) layer->initialize(options.seed);
     offset += layer->parameter_count();
     state_offset += layer->state_count();
   }
@@ -140,6 +160,14 @@ template <class T>
 std::vector<std::int64_t> Runner<T>::parameter_offsets() const {
   std::vector<std::int64_t> out{0};
   for (const auto& layer : layers_) out.push_back(out.back() + layer->parameter_count());
+  return out;
+}
+
+template <class T>
+std::vector<std::int64_t> Runner<T>::value_offsets() const {
+  std::vector<std::int64_t> out{0};
+  for (size_t l = 0; l < layers_.size(); ++l)
+    out.push_back(out.back() + (int(l) == shared_head_ ? 0 : layers_[l]->parameter_count()));
   return out;
 }
 

@@ -158,28 +158,34 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
                         ? shard * deck.model.classes() * s
                         : shard * std::max<std::int64_t>(deck.model.labels_per_sample(), 1) * 4);
     }
+    // Tied embeddings (layers/tied.hpp): on one rank the head's values are
+    // the embedding's (one matrix: parameters and optimizer state hold it
+    // once, the gradients keep the head's slot); on two, each of the two
+    // cells holds the other's V x d slice for the exchange (Pipeline's
+    // tied_peer, allocated once: counted with its staging).
+    std::int64_t values = params;
+    if (tied.tied()) {
+      const int re = schedule.rank_of_stage.at(size_t(stage_of(tied.embedding)));
+      const int rh = schedule.rank_of_stage.at(size_t(stage_of(tied.head)));
+      const std::int64_t matrix = shapes[size_t(tied.embedding)].parameter_count();
+      if (re == k && rh == k) values -= matrix;
+      else if (re == k || rh == k) staging.add(matrix * s);
+    }
     CellMemory c;
     // One flat parameter, gradient and state buffer per rank (Runner).
-    c.parameters = view_bytes(params * s);
+    c.parameters = view_bytes(values * s);
     c.gradients = view_bytes(params * s);
     c.layer_state = view_bytes(state * s);
     // SGD keeps its velocity at any momentum; Adam and AdamW two moments.
-    c.optimizer = (deck.optimizer.type == "sgd" ? 1 : 2) * view_bytes(params * s);
+    c.optimizer = (deck.optimizer.type == "sgd" ? 1 : 2) * view_bytes(values * s);
     c.activations = activations.bytes;
     c.gradient_buffers = gradient_buffers.bytes;
     c.workspaces = workspaces.bytes;
     c.staging = staging.bytes;
     if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
-    // Transient, one after the other in a step: the tied gradient's peer
-    // slice, then the clipping's per-layer bounds (int64) and sums (double).
-    if (tied.tied()) {
-      const int re = schedule.rank_of_stage.at(size_t(stage_of(tied.embedding)));
-      const int rh = schedule.rank_of_stage.at(size_t(stage_of(tied.head)));
-      if (re != rh && (re == k || rh == k))
-        c.transient = view_bytes(shapes[size_t(tied.embedding)].parameter_count() * s);
-    }
+    // Transient, in a step's tail: the clipping's per-layer bounds (int64) and sums (double).
     if (deck.optimizer.clip_norm > 0)
-      c.transient = std::max<std::int64_t>(c.transient, view_bytes((layers_on_rank + 1) * 8) + view_bytes(layers_on_rank * 8));
+      c.transient = view_bytes((layers_on_rank + 1) * 8) + view_bytes(layers_on_rank * 8);
     out.push_back(c);
   }
   return out;
@@ -195,7 +201,7 @@ void check_memory_budget(const std::vector<CellMemory>& cells, std::int64_t budg
     throw InputError(fmt::format(
         "pipeline.memory_budget: cell {} ({} {}) needs {} ({} bytes), more than the budget of {} ({} bytes) per "
         "rank: parameters {}, gradients {}, optimizer state {}, layer state {}, activations {}, gradient buffers "
-        "{}, workspaces {}, staging {}, reduction {}, tied-gradient exchange {}; use more cells (ranks), "
+        "{}, workspaces {}, staging {}, reduction {}, clipping {}; use more cells (ranks), "
         "pipeline.remat: always, or more micro-batches",
         k, ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "), format_bytes(c.total()), c.total(),
         format_bytes(budget), budget, format_bytes(c.parameters), format_bytes(c.gradients),

@@ -394,7 +394,7 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   if (last_step_applied_ && deck_.optimizer.clip_norm > 0) clip_gradients();
   if (last_step_applied_) {
     const Tracer::Scope update(&tracer_, EventKind::Optimizer, -1);
-    optimizer_->step(cell_->parameters(), cell_->gradients(), lr);
+    optimizer_->step(cell_->parameters(), value_gradients(), lr);
   }
   tracer_.end_step(cell_->activation_bytes());
   ++steps_done_;
@@ -405,6 +405,24 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
             fmt::format("step {}: the replicas' weights differ after the gradient reduction", steps_done_));
 #endif
   return sums;
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::without_tied_head(std::vector<T> values) const {
+  const int h = tied_.tied() ? local_layer(tied_.head) : -1;
+  if (h < 0 || cell_->shares_tied_weight()) return values;  // untied, another cell's, or held once already
+  const auto offsets = cell_->value_offsets();
+  values.erase(values.begin() + offsets[size_t(h)], values.begin() + offsets[size_t(h) + 1]);
+  return values;
+}
+
+template <class T>
+std::vector<T> Pipeline<T>::with_tied_head(std::vector<T> values) const {
+  const int h = tied_.tied() ? local_layer(tied_.head) : -1;
+  if (h < 0 || cell_->shares_tied_weight()) return values;
+  const auto offsets = cell_->value_offsets();  // zeros until share_tied_weights copies E's
+  values.insert(values.begin() + offsets[size_t(h)], size_t(offsets[size_t(h) + 1] - offsets[size_t(h)]), T(0));
+  return values;
 }
 
 template <class T>
@@ -419,41 +437,74 @@ int Pipeline<T>::cell_of(int layer) const {
 
 template <class T>
 Kokkos::View<T*, MemSpace> Pipeline<T>::layer_slice(const Vector<T>& values, int layer) const {
-  const auto offsets = cell_->parameter_offsets();
+  // The gradient layout, or the values' (parameters, optimizer state) when
+  // `values` is that long: the two differ only by a shared head's slot.
+  const bool by_value = values.extent(0) == cell_->parameters().extent(0);
+  const auto offsets = by_value ? cell_->value_offsets() : cell_->parameter_offsets();
   const int l = local_layer(layer);
   return Kokkos::subview(values, std::make_pair(offsets[size_t(l)], offsets[size_t(l) + 1]));
 }
 
 template <class T>
-std::vector<T> Pipeline<T>::exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) const {
-  // The two cells of one replica swap their slices (the same size: checked
-  // by tied_layers) on the pipeline communicator.
-  auto host = Kokkos::create_mirror_view(mine);
-  Kokkos::deep_copy(cell_->execution_space(), host, mine);
-  compat::fence(cell_->execution_space(), "gpipe::Pipeline::exchange_tied");  // before MPI reads host
-  std::vector<T> theirs(host.extent(0));
-  MPI_Sendrecv(host.data(), int(host.extent(0)), mpi_type<T>(), peer_cell, kTieTag, theirs.data(),
-               int(theirs.size()), mpi_type<T>(), peer_cell, kTieTag, grid_.pipeline(), MPI_STATUS_IGNORE);
-  return theirs;
+Vector<T> Pipeline<T>::value_gradients() const {
+  // With a shared head (Runner::shares_tied_weight) the gradient buffer is
+  // the values' layout followed by the head's slot: its prefix.
+  const Vector<T> g = cell_->gradients();
+  const std::int64_t n = std::int64_t(cell_->parameters().extent(0));
+  if (std::int64_t(g.extent(0)) == n) return g;
+  return Kokkos::subview(g, std::make_pair(std::int64_t(0), n));
+}
+
+template <class T>
+void Pipeline<T>::exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) {
+  // The two tied cells of one replica swap their V x d slices (the same
+  // size: checked by tied_layers) on the replica's pipeline communicator,
+  // into tied_peer_. The buffers are allocated once, at the first exchange
+  // (share_tied_weights at construction); on a host memory space the host
+  // views are the device views themselves (no copy).
+  const std::int64_t n = std::int64_t(mine.extent(0));
+  if (std::int64_t(tied_peer_.extent(0)) != n) {
+    tied_peer_ = Kokkos::View<T*, MemSpace>("gpipe::Pipeline::tied_peer", n);
+    tied_peer_host_ = Kokkos::create_mirror_view(tied_peer_);
+  }
+  const ExecSpace& space = cell_->execution_space();
+  const T* out = mine.data();
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {  // a device space
+    if (std::int64_t(tied_send_host_.extent(0)) != n)
+      tied_send_host_ = typename Kokkos::View<T*, MemSpace>::HostMirror(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::Pipeline::tied_send"), n);
+    Kokkos::deep_copy(space, tied_send_host_, mine);
+    out = tied_send_host_.data();
+  }
+  compat::fence(space, "gpipe::Pipeline::exchange_tied");  // before MPI reads host
+  const int count = mpi_count(n, "the tied embedding (V x d)");
+  MPI_Sendrecv(out, count, mpi_type<T>(), peer_cell, kTieTag, tied_peer_host_.data(), count, mpi_type<T>(),
+               peer_cell, kTieTag, grid_.pipeline(), MPI_STATUS_IGNORE);
+  Kokkos::deep_copy(space, tied_peer_, tied_peer_host_);  // no copy on a host memory space
+}
+
+template <class T>
+std::vector<Vector<T>> Pipeline<T>::tied_value_buffers() const {
+  std::vector<Vector<T>> out{cell_->parameters()};
+  for (const auto& [name, values] : optimizer_->state()) out.push_back(values);
+  return out;
 }
 
 template <class T>
 void Pipeline<T>::share_tied_weights() {
+  // One matrix on one rank (Runner::shares_tied_weight): nothing to copy.
   const int e = local_layer(tied_.embedding), h = local_layer(tied_.head);
   if (e < 0 && h < 0) return;
-  const Vector<T> p = cell_->parameters();
-  if (e >= 0 && h >= 0) {  // K = 1 or both on one cell
-    Kokkos::deep_copy(cell_->execution_space(), layer_slice(p, tied_.head), layer_slice(p, tied_.embedding));
-    compat::fence(cell_->execution_space(), "gpipe::Pipeline::share_tied_weights");
-    return;
+  if (cell_->shares_tied_weight()) return;
+  // Two cells: the head's cell takes E's values and optimizer state (equal
+  // from then on: the same summed gradient, an element-wise optimizer).
+  const ExecSpace& space = cell_->execution_space();
+  for (const Vector<T>& buffer : tied_value_buffers()) {
+    const auto mine = layer_slice(buffer, e >= 0 ? tied_.embedding : tied_.head);
+    exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
+    if (h >= 0) Kokkos::deep_copy(space, mine, tied_peer_);  // the embedding keeps its values; the head takes them
   }
-  const auto mine = layer_slice(p, e >= 0 ? tied_.embedding : tied_.head);
-  const auto theirs = exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
-  if (h < 0) return;  // the embedding keeps its weight; the head takes it
-  auto host = Kokkos::create_mirror_view(mine);
-  std::copy(theirs.begin(), theirs.end(), host.data());
-  Kokkos::deep_copy(cell_->execution_space(), mine, host);
-  compat::fence(cell_->execution_space(), "gpipe::Pipeline::share_tied_weights");  // host is freed here
+  compat::fence(space, "gpipe::Pipeline::share_tied_weights");
 }
 
 template <class T>
@@ -463,19 +514,14 @@ void Pipeline<T>::tie_gradients() {
   const Tracer::Scope tie(&tracer_, EventKind::ReduceWait, -1);
   const Vector<T> g = cell_->gradients();
   const ExecSpace& space = cell_->execution_space();
-  if (e >= 0 && h >= 0) {  // one matrix: both slices get dE + dW
-    add_tied<T>(space, layer_slice(g, tied_.embedding), layer_slice(g, tied_.head), true);
+  if (cell_->shares_tied_weight()) {  // one matrix: dE + dW into dE (the head's slot is not read again)
+    add_tied<T>(space, layer_slice(g, tied_.embedding), layer_slice(g, tied_.head), false);
     return;
   }
   const auto mine = layer_slice(g, e >= 0 ? tied_.embedding : tied_.head);
-  compat::fence(space, "gpipe::Pipeline::tie_gradients");
-  const auto theirs = exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
-  Kokkos::View<T*, MemSpace> peer("gpipe::Pipeline::tied_peer", theirs.size());
-  auto host = Kokkos::create_mirror_view(peer);
-  std::copy(theirs.begin(), theirs.end(), host.data());
-  Kokkos::deep_copy(space, peer, host);
-  if (e >= 0) add_tied<T>(space, mine, peer, false);
-  else add_tied<T>(space, peer, mine, false, true);
+  exchange_tied(mine, cell_of(e >= 0 ? tied_.head : tied_.embedding));
+  if (e >= 0) add_tied<T>(space, mine, tied_peer_, false);
+  else add_tied<T>(space, tied_peer_, mine, false, true);
   compat::fence(space, "gpipe::Pipeline::tie_gradients");
 }
 
@@ -507,13 +553,12 @@ template <class T>
 int Pipeline<T>::first_nonfinite_layer(const Vector<T>& values) const {
   const std::int64_t at = first_nonfinite(values, cell_->execution_space());
   if (at < 0) return -1;
-  std::int64_t offset = 0;
-  const auto& layers = cell_->layers();
-  for (std::size_t l = 0; l < layers.size(); ++l) {
-    offset += layers[l]->parameter_count();
-    if (at < offset) return cell_->global_layer(int(l));
-  }
-  return cell_->global_layer(int(layers.size()) - 1);
+  // The gradient layout, or the values' for parameters and optimizer state.
+  const bool by_value = values.extent(0) == cell_->parameters().extent(0);
+  const auto offsets = by_value ? cell_->value_offsets() : cell_->parameter_offsets();
+  for (std::size_t l = 0; l + 1 < offsets.size(); ++l)
+    if (at < offsets[l + 1]) return cell_->global_layer(int(l));
+  return cell_->global_layer(int(offsets.size()) - 2);
 }
 
 template <class T>
@@ -614,7 +659,9 @@ std::vector<T> Pipeline<T>::predict(const float* inputs, std::int64_t n) {
 template <class T>
 std::int64_t Pipeline<T>::total_parameters() const {
   std::int64_t total = 0;
-  for (const auto& layer : model_shapes(deck_.model)) total += layer.parameter_count();
+  const auto shapes = model_shapes(deck_.model);
+  for (size_t l = 0; l < shapes.size(); ++l)
+    if (int(l) != tied_.head) total += shapes[l].parameter_count();  // a tied head's weight is the embedding's
   return total;
 }
 
@@ -673,9 +720,12 @@ void Pipeline<T>::save_checkpoint(const std::string& path) {
     compat::fence(space, "gpipe::Pipeline::checkpoint_shard");
     return std::vector<T>(h.data(), h.data() + h.extent(0));
   };
-  shard.parameters = host(cell_->parameters());
+  // A tied head's weight is the embedding's: stored once, in the
+  // embedding's layer (io/checkpoint.hpp), whatever the layout.
+  auto once = [&](const Vector<T>& v) { return without_tied_head(host(v)); };
+  shard.parameters = once(cell_->parameters());
   shard.layer_state = host(cell_->state());
-  for (const auto& [name, values] : optimizer_->state()) shard.optimizer_state.emplace_back(name, host(values));
+  for (const auto& [name, values] : optimizer_->state()) shard.optimizer_state.emplace_back(name, once(values));
   CheckpointInfo info;
   info.step = steps_done_;
   // The driver keeps the position; a caller stepping by itself has only steps.
@@ -745,13 +795,13 @@ CheckpointInfo Pipeline<T>::load_checkpoint(const std::string& path) {
     Kokkos::deep_copy(space, to, h);
     compat::fence(space, "gpipe::Pipeline::load_checkpoint");  // h is freed on return
   };
-  device(shard.parameters, cell_->parameters());
+  device(with_tied_head(shard.parameters), cell_->parameters());
   device(shard.layer_state, cell_->state());
-  for (size_t i = 0; i < state.size(); ++i) device(shard.optimizer_state[i].second, state[i].second);
+  for (size_t i = 0; i < state.size(); ++i) device(with_tied_head(shard.optimizer_state[i].second), state[i].second);
   optimizer_->set_steps(info.optimizer_steps);
   if (precision_.loss_scaling && info.loss_scale > 0)  // an fp16 run continues with its scaler
     scaler_.restore(info.loss_scale, info.loss_scale_good_steps, info.loss_scale_overflows);
-  if (tied_.tied()) share_tied_weights();  // a checkpoint of a tied run holds W = E already
+  if (tied_.tied()) share_tied_weights();  // the head's cell takes E and its optimizer state
   steps_done_ = info.step;
   normalization_ = info.normalization;
   if (!info.run_id.empty()) run_id_ = info.run_id;  // the run continues
@@ -770,10 +820,12 @@ template <class T>
 std::vector<T> Pipeline<T>::gather_parameters() const {
   const int K = shape_.cells;
   const MPI_Comm pipe = grid_.pipeline();
-  auto host = Kokkos::create_mirror_view(cell_->parameters());
-  Kokkos::deep_copy(cell_->execution_space(), host, cell_->parameters());
+  auto values = Kokkos::create_mirror_view(cell_->parameters());
+  Kokkos::deep_copy(cell_->execution_space(), values, cell_->parameters());
   compat::fence(cell_->execution_space(), "gpipe::Pipeline::gather_parameters");
-  int local = int(host.extent(0));
+  // The model's parameters, a tied head's weight once (the embedding's).
+  const std::vector<T> host = without_tied_head(std::vector<T>(values.data(), values.data() + values.extent(0)));
+  int local = int(host.size());
   std::vector<int> counts(static_cast<size_t>(K)), displs(static_cast<size_t>(K), 0);
   MPI_Gather(&local, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, pipe);
   std::vector<T> all;
@@ -788,7 +840,8 @@ std::vector<T> Pipeline<T>::gather_parameters() const {
   // stage order; put every layer at its place in model order.
   const auto shapes = model_shapes(deck_.model);
   std::vector<std::int64_t> at(shapes.size() + 1, 0);  // [layer] offset in model order
-  for (size_t l = 0; l < shapes.size(); ++l) at[l + 1] = at[l] + shapes[l].parameter_count();
+  for (size_t l = 0; l < shapes.size(); ++l)
+    at[l + 1] = at[l] + (int(l) == tied_.head ? 0 : shapes[l].parameter_count());
   std::vector<T> ordered(all.size());
   const Schedule& schedule = cell_->schedule();
   for (int k = 0; k < K; ++k) {

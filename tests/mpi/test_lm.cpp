@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <hdf5.h>
+
 #include <cmath>
+#include <cstdio>
+#include <unistd.h>
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
@@ -154,36 +158,88 @@ TEST(LanguageModelPipeline, WarmUpRatesAndPredictAcrossK) {
   }
 }
 
+std::vector<double> slice_of(const std::vector<double>& v, const std::vector<std::int64_t>& at, int l) {
+  return std::vector<double>(v.begin() + at[size_t(l)], v.begin() + at[size_t(l) + 1]);
+}
+
 const std::string kTied =
     "[{type: token_embedding, vocabulary: 7, width: 6}, {type: pos_embed}, "
     "{type: transformer_block, heads: 2, hidden: 8}, {type: transformer_block, heads: 2, hidden: 5}, "
     "{type: lm_head, vocabulary: 7, tie: token_embedding}]";
 
-TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
-  // E is the first 42 parameters, the head's W the last 42 (layer order).
-  const std::int64_t n = kV * 6;
-  auto check_tied = [&](const std::vector<double>& p, const std::string& what) {
-    const std::vector<double> e(p.begin(), p.begin() + n), w(p.end() - n, p.end());
-    EXPECT_EQ(e, w) << what;
+// The tied pair as the cells hold it, on world rank 0 of the pipeline
+// `p` runs on: E (the embedding's values) and the head's W. With both on
+// one rank (Runner::shares_tied_weight) W is E's memory: returned as E.
+struct TiedPair {
+  std::vector<double> e, w;
+  bool one_matrix = false;  // the pair shares one matrix on its rank
+};
+
+std::vector<double> host_values(const Pipeline<double>& p) {
+  auto h = Kokkos::create_mirror_view(p.cell().parameters());
+  Kokkos::deep_copy(h, p.cell().parameters());
+  return std::vector<double>(h.data(), h.data() + h.extent(0));
+}
+
+TiedPair tied_pair(const Pipeline<double>& p, int embedding, int head) {
+  const auto& cell = p.cell();
+  const MPI_Comm comm = cell.comm();
+  const auto slice = [&](int layer) {
+    const int l = cell.local_layer(layer);
+    const auto at = cell.value_offsets();
+    const auto v = host_values(p);
+    if (cell.shares_tied_weight() && l == cell.shared_tied_head()) return slice_of(v, at, cell.local_layer(embedding));
+    return slice_of(v, at, l);
   };
+  TiedPair out;
+  int shared = cell.shares_tied_weight() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, comm);
+  out.one_matrix = shared == 1;
+  const std::int64_t n = kV * 6;
+  for (const auto& [layer, into] : {std::pair<int, std::vector<double>*>{embedding, &out.e}, {head, &out.w}}) {
+    const int owner = cell.rank_of_layer(layer);
+    if (cell.rank() == owner) *into = slice(layer);
+    if (owner == 0) continue;
+    if (cell.rank() == owner) MPI_Send(into->data(), int(n), MPI_DOUBLE, 0, 5, comm);
+    if (cell.rank() == 0) {
+      into->resize(size_t(n));
+      MPI_Recv(into->data(), int(n), MPI_DOUBLE, owner, 5, comm, MPI_STATUS_IGNORE);
+    }
+  }
+  return out;
+}
+
+TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
+  const std::int64_t n = kV * 6;
   const int K = world_size();
   for (const std::string schedule : {"fill_drain", "1f1b"}) {
     TrainResult one;
-    if (world_rank() == 0) {
-      one = train("{schedule: " + schedule + "}", MPI_COMM_SELF, kClipped, 3, kTied);
-      check_tied(one.params, "K = 1, " + schedule);
-    }
+    if (world_rank() == 0) one = train("{schedule: " + schedule + "}", MPI_COMM_SELF, kClipped, 3, kTied);
     // The embedding alone on cell 0, the head on the last cell: [1, L - K, 1, ...].
     std::string split = "[1, " + std::to_string(kLayers - K + 1);
     for (int k = 2; k < K; ++k) split += ", 1";
     split += "]";
-    for (const std::string p : {"{schedule: " + schedule + "}", "{balance: " + split + ", schedule: " + schedule + "}"}) {
-      if (K == 1 && p.find("balance") != std::string::npos) continue;
-      const auto r = train(p, MPI_COMM_WORLD, kClipped, 3, kTied);
+    for (const std::string pipeline :
+         {"{schedule: " + schedule + "}", "{balance: " + split + ", schedule: " + schedule + "}"}) {
+      if (K == 1 && pipeline.find("balance") != std::string::npos) continue;
+      Pipeline<double> p(parse_deck(gpt_deck(pipeline, kClipped, kTied), "gpt-deck"), MPI_COMM_WORLD);
+      TrainResult r;
+      for (int s = 0; s < 3; ++s) {
+        const auto order = epoch_order(data().samples, 3, 0, true);
+        p.step(data(), order, (s % 3) * kBatch, kBatch);
+        r.norms.push_back(p.last_gradient_norm());
+      }
+      r.params = p.gather_parameters();
+      const TiedPair pair = tied_pair(p, 0, kLayers - 1);
       if (world_rank() == 0) {
-        check_tied(r.params, "K = " + std::to_string(K) + ", " + p);
-        EXPECT_EQ(r.params, one.params) << "K = " << K << ", " << p;
-        EXPECT_EQ(r.norms, one.norms) << "K = " << K << ", " << p;
+        const std::string what = "K = " + std::to_string(K) + ", " + pipeline;
+        // The model's parameters hold the tied matrix once, at every K.
+        EXPECT_EQ(std::int64_t(r.params.size()), p.total_parameters()) << what;
+        EXPECT_EQ(pair.one_matrix, K == 1) << what;
+        EXPECT_EQ(pair.e, pair.w) << what;  // two cells: bitwise equal copies
+        EXPECT_EQ(std::vector<double>(r.params.begin(), r.params.begin() + n), pair.e) << what;
+        EXPECT_EQ(r.params, one.params) << what;
+        EXPECT_EQ(r.norms, one.norms) << what;
       }
     }
   }
@@ -191,11 +247,137 @@ TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
   const auto plain = "{type: sgd, momentum: 0, lr: 1}";
   Pipeline<double> start(parse_deck(gpt_deck("{}", plain, kTied), "gpt-deck"), MPI_COMM_WORLD);
   const auto p0 = start.gather_parameters();
-  const auto tied = train("{}", MPI_COMM_WORLD, plain, 1, kTied);
+  const TiedPair initial = tied_pair(start, 0, kLayers - 1);
+  const auto order = epoch_order(data().samples, 3, 0, true);
+  start.step(data(), order, 0, kBatch);
+  const TiedPair stepped = tied_pair(start, 0, kLayers - 1);
   if (world_rank() == 0) {
-    check_tied(p0, "initial");  // the head starts from E
-    check_tied(tied.params, "after one SGD step");
-    EXPECT_NE(tied.params, p0);
+    EXPECT_EQ(initial.e, initial.w);  // the head starts from E
+    EXPECT_EQ(stepped.e, stepped.w);
+    EXPECT_NE(stepped.e, initial.e);
+  }
+}
+
+// With the head and the embedding on one rank (K = 1, or rank 0 of the V
+// schedules, which run stages 0 and 2K - 1 there) the pair is one matrix:
+// the rank's parameters hold it once (the model's count less V d), its
+// gradients keep the head's V x d slot, writing E changes the head's
+// weight (zeroing E zeroes every logit), and a checkpoint stores it once
+// (the head's group has no weight), restarting on K cells bitwise.
+TEST(LanguageModelPipeline, TiedPairOnOneRankIsOneMatrixCountedOnceAndRestartsAcrossK) {
+  const std::int64_t n = kV * 6;
+  const int K = world_size();
+  long long pid = (long long)getpid();
+  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/gpipe_test_lm_tied_" + std::to_string(pid) + ".h5";
+  TrainResult straight;
+  if (world_rank() == 0) {
+    Pipeline<double> untied(parse_deck(gpt_deck("{}", kClipped), "gpt-deck"), MPI_COMM_SELF);
+    Pipeline<double> p(parse_deck(gpt_deck("{schedule: 1f1b}", kClipped, kTied), "gpt-deck"), MPI_COMM_SELF);
+    const auto& cell = p.cell();
+    EXPECT_TRUE(cell.shares_tied_weight());
+    EXPECT_EQ(cell.shared_tied_head(), kLayers - 1);
+    EXPECT_EQ(p.total_parameters(), untied.total_parameters() - n);
+    EXPECT_EQ(std::int64_t(cell.parameters().extent(0)), p.total_parameters());
+    EXPECT_EQ(std::int64_t(cell.gradients().extent(0)), p.total_parameters() + n);
+    EXPECT_EQ(cell.value_offsets().back(), p.total_parameters());
+    EXPECT_EQ(cell.parameter_offsets().back(), p.total_parameters() + n);
+    // Two steps, a checkpoint, and the third step.
+    for (int s = 0; s < 2; ++s) p.step(data(), epoch_order(data().samples, 3, 0, true), s * kBatch, kBatch);
+    p.save_checkpoint(path);
+    p.step(data(), epoch_order(data().samples, 3, 0, true), 2 * kBatch, kBatch);
+    straight.params = p.gather_parameters();
+    // Zeroing E zeroes the head's weight: every logit is 0.
+    Kokkos::deep_copy(Kokkos::subview(p.cell().parameters(), std::make_pair(std::int64_t(0), n)), 0.0);
+    const auto logits = p.predict(data().inputs.data(), 2);
+    ASSERT_EQ(logits.size(), size_t(2 * kT * kV));
+    for (double v : logits) ASSERT_EQ(v, 0.0);
+    // The file holds the matrix once: in the embedding's group, not the head's.
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_GT(H5Lexists(file, "/layers/000_token_embedding/weight", H5P_DEFAULT), 0);
+    EXPECT_GT(H5Lexists(file, "/layers/004_lm_head", H5P_DEFAULT), 0);
+    EXPECT_EQ(H5Lexists(file, "/layers/004_lm_head/weight", H5P_DEFAULT), 0);
+    EXPECT_EQ(H5Lexists(file, "/layers/004_lm_head/optimizer", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Restarted on K cells (the head on the last): the head's cell takes E and
+  // its Adam moments, and the third step is bitwise the one-rank run's.
+  for (const std::string pipeline : {"{schedule: 1f1b}", "{schedule: zb_v}"}) {
+    if (pipeline.find("zb_v") != std::string::npos && 2 * K > kLayers) continue;
+    Pipeline<double> p(parse_deck(gpt_deck(pipeline, kClipped, kTied), "gpt-deck"), MPI_COMM_WORLD);
+    p.load_checkpoint(path);
+    // zb_v runs stages 0 and 2K - 1 on rank 0: one matrix there at every K.
+    EXPECT_EQ(p.cell().shares_tied_weight(), p.cell().rank() == 0 && (K == 1 || pipeline != "{schedule: 1f1b}")) << pipeline;
+    p.step(data(), epoch_order(data().samples, 3, 0, true), 2 * kBatch, kBatch);
+    const auto params = p.gather_parameters();
+    const TiedPair pair = tied_pair(p, 0, kLayers - 1);
+    if (world_rank() == 0) {
+      EXPECT_EQ(params, straight.params) << "K = " << K << ", " << pipeline;
+      EXPECT_EQ(pair.e, pair.w) << "K = " << K << ", " << pipeline;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(path.c_str());
+}
+
+// The 1F1B family accumulates every layer's micro-batch gradients in
+// micro-batch order (the whole-batch W of fill_drain is the one exception),
+// so with tied embeddings and clipping on, 1f1b, zero_bubble,
+// interleaved_1f1b (2 chunks), zb_v and dualpipe_v give bitwise the weights
+// of 1f1b on one rank, at K = 1 (where the V schedules put both stages on
+// rank 0) and at K = world size; in the V schedules rank 0 holds the
+// embedding and the head: one matrix on a pipeline of K ranks.
+TEST(LanguageModelPipeline, TiedEmbeddingsBitwiseAcrossTheOneFOneBFamily) {
+  const std::string deep =
+      "[{type: token_embedding, vocabulary: 7, width: 6}, {type: pos_embed}, "
+      "{type: transformer_block, heads: 2, hidden: 8}, {type: transformer_block, heads: 2, hidden: 5}, "
+      "{type: transformer_block, heads: 3, hidden: 4}, {type: transformer_block, heads: 2, hidden: 6}, "
+      "{type: transformer_block, heads: 1, hidden: 7}, {type: transformer_block, heads: 2, hidden: 3}, "
+      "{type: lm_head, vocabulary: 7, tie: token_embedding}]";
+  const int layers = 9, K = world_size();
+  const auto run = [&](const std::string& pipeline, MPI_Comm comm) {
+    // M = 12 micro-batches of one sequence: a multiple of every K (interleaved_1f1b needs one).
+    std::string text = gpt_deck(pipeline, kClipped, deep);
+    text.replace(text.find("batch_size: 6, micro_batches: 3"), 31, "batch_size: 12, micro_batches: 12");
+    Pipeline<double> p(parse_deck(text, "gpt-deck"), comm);
+    TrainResult r;
+    for (int s = 0; s < 3; ++s) {
+      const auto sums = p.step(data(), epoch_order(data().samples, 3, 0, true), (s % 2) * kBatch, 2 * kBatch);
+      r.norms.push_back(p.last_gradient_norm());
+      r.losses.push_back(p.from_last(sums.loss));
+    }
+    r.params = p.gather_parameters();
+    const TiedPair pair = tied_pair(p, 0, layers - 1);
+    if (world_rank() == 0) EXPECT_EQ(pair.e, pair.w) << pipeline;
+    return std::make_pair(r, pair.one_matrix);
+  };
+  TrainResult reference;
+  if (world_rank() == 0) {
+    reference = run("{schedule: 1f1b}", MPI_COMM_SELF).first;
+    for (double norm : reference.norms) EXPECT_GT(norm, 0.05);  // the clip is active
+  }
+  const std::vector<std::pair<std::string, int>> schedules = {  // {pipeline, stages per rank}
+      {"{schedule: 1f1b}", 1},
+      {"{schedule: zero_bubble}", 1},
+      {"{schedule: interleaved_1f1b, chunks: 2}", 2},
+      {"{schedule: zb_v}", 2},
+      {"{schedule: dualpipe_v}", 2},
+      {"{schedule: zb_v, remat: always}", 2}};
+  for (const auto& [pipeline, per_rank] : schedules) {
+    for (const bool one_rank : {true, false}) {
+      if (one_rank ? world_rank() != 0 : K * per_rank > layers) continue;
+      const auto [r, one_matrix] = run(pipeline, one_rank ? MPI_COMM_SELF : MPI_COMM_WORLD);
+      if (world_rank() != 0) continue;
+      const std::string what = (one_rank ? "K = 1, " : "K = " + std::to_string(K) + ", ") + pipeline;
+      EXPECT_EQ(r.params, reference.params) << what;
+      EXPECT_EQ(r.norms, reference.norms) << what;
+      EXPECT_EQ(r.losses, reference.losses) << what;
+      // One matrix where rank 0 runs the first and the last stage.
+      const bool v = pipeline.find("_v") != std::string::npos;
+      EXPECT_EQ(one_matrix, one_rank || v || K == 1) << what;
+    }
   }
 }
 
@@ -204,7 +386,8 @@ TEST(LanguageModelPipeline, TiedEmbeddingsStayOneMatrixBitwiseAcrossK) {
 // tie exchange runs between its own two cells after the replicas'
 // gradient reduction: the weights stay one matrix (E = W), equal on both
 // replicas, and bitwise those of D = 2 replicas of one cell (ranks 0 and 1,
-// where the tie is a local sum), with clipping and the warm-up on.
+// where the pair is one matrix and the head's gradient slot is reduced with
+// the rest), with clipping and the warm-up on.
 TEST(LanguageModelPipeline, TiedEmbeddingsWithTwoReplicasMatchOneCellBitwise) {
   if (world_size() != 4) GTEST_SKIP() << "4 ranks: 2 replicas x 2 cells";
   const std::int64_t n = kV * 6;
@@ -220,6 +403,11 @@ TEST(LanguageModelPipeline, TiedEmbeddingsWithTwoReplicasMatchOneCellBitwise) {
       r.norms.push_back(p.last_gradient_norm());
     }
     r.params = p.gather_parameters();
+    const TiedPair pair = tied_pair(p, 0, kLayers - 1);  // on each replica's pipeline
+    if (p.cell().rank() == 0) {
+      EXPECT_EQ(pair.e, pair.w);
+      EXPECT_EQ(std::vector<double>(r.params.begin(), r.params.begin() + n), pair.e);
+    }
     return r;
   };
   TrainResult one;
@@ -231,9 +419,7 @@ TEST(LanguageModelPipeline, TiedEmbeddingsWithTwoReplicasMatchOneCellBitwise) {
   // (placement replica: pipelines [0, 2] [1, 3]): each holds its replica's weights.
   if (world_rank() < 2) {
     ASSERT_EQ(split.params.size(), one.params.size());
-    ASSERT_GT(split.params.size(), size_t(2 * n));
-    const std::vector<double> e(split.params.begin(), split.params.begin() + n), w(split.params.end() - n, split.params.end());
-    EXPECT_EQ(e, w);
+    ASSERT_GT(split.params.size(), size_t(n));
     EXPECT_EQ(split.params, one.params);
     EXPECT_EQ(split.norms, one.norms);
   }

@@ -45,7 +45,7 @@ std::string term_of(const std::string& label) {
   for (const char* p : {"gpipe::TransformerBlock::", "gpipe::PatchEmbed::", "gpipe::Conv2d::",
                         "gpipe::SoftmaxCrossEntropy::", "gpipe::RegressionLoss::"})
     if (starts(p)) return "workspaces";
-  if (starts("gpipe::Pipeline::batch_")) return "staging";
+  if (starts("gpipe::Pipeline::batch_") || label == "gpipe::Pipeline::tied_peer") return "staging";
   if (label == "gpipe::GradientReducer::gathered") return "reduction";
   if (starts("Kokkos::")) return "backend";  // e.g. Kokkos::Serial::scratch_mem: not modelled
   return "other";

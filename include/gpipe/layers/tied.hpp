@@ -2,11 +2,14 @@
 // Tied embeddings (Press & Wolf 2017; GPT-2; Megatron-LM across pipeline
 // stages): `{type: lm_head, vocabulary: V, tie: token_embedding}` makes the
 // head's weight W (V, d) and the model's token_embedding weight E (V, d) one
-// parameter. Both layers keep their tensor (checkpoints and partitions are
-// per layer as always) and Pipeline keeps them bitwise equal: the head starts
-// from E, and before every update each receives the sum of the two
-// gradients (docs/design.md, "Language model: tokens, clipping and tied
-// embeddings").
+// parameter, counted and checkpointed once (in the embedding's layer). On
+// one rank (K = 1, rank 0 of the V schedules) it is one matrix: Runner binds
+// the head's values to E's (pipeline/runner.hpp, shared_tied_head) and keeps
+// the head's gradient in its own slot, which Pipeline adds into dE before the
+// update. On two cells each holds its copy and Pipeline keeps them bitwise
+// equal: the head starts from E, and before every update each receives the
+// sum of the two gradients (docs/design.md, "Language model: tokens,
+// clipping and tied embeddings").
 
 #include "gpipe/model/shapes.hpp"
 

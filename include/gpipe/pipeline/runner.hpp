@@ -61,9 +61,26 @@ class Runner {
   /// parallelism starts their reduction there); announced in descending local
   /// layer order. Null: none.
   void set_gradient_ready(std::function<void(int layer)> callback) { state_.gradient_ready = std::move(callback); }
-  /// Where each local layer's parameters (and gradients) start in the flat
-  /// buffers, in local layer order; the last entry is the total (size layers + 1).
+  /// Where each local layer's gradients start in gradients(), in local layer
+  /// order; the last entry is the total (size layers + 1). Also where its
+  /// values start in parameters(), unless shares_tied_weight().
   std::vector<std::int64_t> parameter_offsets() const;
+  /// Where each local layer's values start in parameters() (size layers + 1,
+  /// the last entry parameters().extent(0)): parameter_offsets() except that
+  /// a tied lm_head sharing this rank's token_embedding holds none.
+  std::vector<std::int64_t> value_offsets() const;
+  /// The local index of a tied lm_head whose token_embedding is on this rank
+  /// too (layers/tied.hpp), or -1. Such a head and its embedding are one
+  /// matrix: the head's values are the embedding's (parameters() holds them
+  /// once, initialized by the embedding), while the head's gradient keeps its
+  /// own V x d slot, the last of gradients(): gradients() is parameters()'s
+  /// layout followed by that slot, and Pipeline sums it into the
+  /// embedding's gradient before the update (docs/design.md, "Language
+  /// model"). The constructor throws InputError (naming the head's deck
+  /// position and the rank) when a layer with parameters follows such a head
+  /// on its rank.
+  int shared_tied_head() const { return shared_head_; }
+  bool shares_tied_weight() const { return shared_head_ >= 0; }
 
   /// Forward-only pass (Dropout off) through the pipeline; loss sums (and
   /// correct predictions or regression moments) on the last stage's rank,
@@ -81,7 +98,8 @@ class Runner {
   /// zeroing pass); the other layers' gradients are zeroed at that step's
   /// start, and gradients() zeroes them all if it is called first.
   void zero_gradients() { zero_pending_ = true; }
-  /// This rank's parameters and gradients (see the class comment).
+  /// This rank's parameters and gradients (see the class comment; with
+  /// shares_tied_weight(), gradients() is longer by the head's V x d slot).
   Vector<T> parameters() const { return params_; }
   Vector<T> gradients() const;
   /// The layers' non-trainable state (running statistics), one flat buffer
@@ -160,6 +178,7 @@ class Runner {
   std::vector<int> global_layers_;   // [local layer] global index
   std::vector<std::unique_ptr<Layer<T>>> layers_;
   Vector<T> params_, grads_, layer_state_;
+  int shared_head_ = -1;  // shared_tied_head()
   std::vector<Wire> wires_;          // [peer rank] emulated link towards it
   StepState<T> state_;
   std::vector<std::unique_ptr<Stage<T>>> stages_;

@@ -20,7 +20,7 @@ namespace gpipe {
 
 /// One cell's (one rank's) device bytes, by what holds them.
 struct CellMemory {
-  std::int64_t parameters = 0;   ///< the cell's flat parameter buffer (P x sizeof(T))
+  std::int64_t parameters = 0;   ///< the cell's flat parameter buffer (P x sizeof(T); a shared tied matrix once)
   std::int64_t gradients = 0;    ///< its gradient buffer (P x sizeof(T))
   std::int64_t layer_state = 0;  ///< non-trainable layer state (running statistics)
   std::int64_t optimizer = 0;    ///< SGD velocity (P; allocated at any momentum), Adam/AdamW m and v (2P)
@@ -31,12 +31,15 @@ struct CellMemory {
   /// logit gradients, dL/dx send slots, the backward's two ping-pong rows).
   std::int64_t gradient_buffers = 0;
   std::int64_t workspaces = 0;   ///< layers' reserve() workspaces and the loss's row buffers
-  std::int64_t staging = 0;      ///< Pipeline's mini-batch inputs (first cell) and targets (last)
+  /// Pipeline's mini-batch inputs (first cell) and targets (last), and the
+  /// tied embeddings' peer V x d slice on the two tied cells when they
+  /// differ (held from construction). With the tied pair on one rank,
+  /// parameters and optimizer hold the matrix once (gradients keep the
+  /// head's slot: docs/design.md, "Language model").
+  std::int64_t staging = 0;
   std::int64_t reduction = 0;    ///< deterministic gradient reduction's gather buffer (D x P)
-  /// Held only during a step's tail, one after the other: the tied
-  /// embeddings' gradient exchange (the peer's V x d slice, on the two tied
-  /// cells when they differ) and gradient clipping's per-layer bounds and
-  /// sums (8 (2 L_k + 1) bytes); the larger counts in the peak.
+  /// Held only during a step's tail: gradient clipping's per-layer bounds
+  /// and sums (8 (2 L_k + 1) bytes), counted in the peak.
   std::int64_t transient = 0;
   /// Peak device bytes of a training step: the sum of every term.
   std::int64_t total() const;

@@ -223,9 +223,9 @@ class Pipeline {
     return std::int64_t(shape_.replicas) * deck_.training.micro_batches;
   }
 
-  /// All parameters of the model in layer order, gathered on the first cell
-  /// of every replica, rank 0 included (empty elsewhere): the same layout
-  /// for every partition and grid. Collective.
+  /// All parameters of the model in layer order (a tied lm_head's weight once, as its token_embedding's:
+  /// total_parameters() values), gathered on the first cell of every replica, rank 0 included (empty
+  /// elsewhere): the same layout for every partition, grid and schedule. Collective.
   std::vector<T> gather_parameters() const;
   /// Activation bytes of each of the K cells (index = cell), on all ranks.
   /// Collective.
@@ -241,7 +241,7 @@ class Pipeline {
   /// each replica group). Collective. Debug builds check it after every step.
   bool replicas_identical() const;
 
-  /// Parameters of the whole model (all cells).
+  /// Parameters of the whole model (all cells), a tied lm_head's weight counted once (its token_embedding's).
   std::int64_t total_parameters() const;
 
   /// The recorder of this rank's timeline (records every deck.trace.every-th
@@ -304,15 +304,27 @@ class Pipeline {
   int first_nonfinite_layer(const Vector<T>& values) const;
   // Tied embeddings (layers/tied.hpp): the index of global `layer` among this
   // cell's layers (-1: another cell's), the cell holding it, its slice of a
-  // flat buffer of this cell, and the swap of such slices with the other
-  // tied cell. share_tied_weights copies E into the head's W (collective
-  // over the two cells); tie_gradients gives both dE + dW before the update.
+  // flat buffer of this cell (the gradients' or the values' layout, by the
+  // buffer's length), and the swap of such slices with the other tied cell
+  // into tied_peer_. With the head and the embedding on one rank they are one
+  // matrix (Runner::shares_tied_weight): share_tied_weights does nothing and
+  // tie_gradients adds the head's gradient slot into dE. On two cells
+  // share_tied_weights copies E and its optimizer state into the head's
+  // (collective over the two cells) and tie_gradients gives both dE + dW.
+  // without_tied_head / with_tied_head drop / re-insert (as zeros) a tied
+  // head's slice of a host copy of a values-layout buffer, so checkpoints and
+  // gather_parameters hold the matrix once. value_gradients is gradients()
+  // in the values' layout (the optimizer's).
   int local_layer(int layer) const;
   int cell_of(int layer) const;
   Kokkos::View<T*, MemSpace> layer_slice(const Vector<T>& values, int layer) const;
-  std::vector<T> exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell) const;
+  Vector<T> value_gradients() const;
+  void exchange_tied(const Kokkos::View<T*, MemSpace>& mine, int peer_cell);
+  std::vector<Vector<T>> tied_value_buffers() const;
   void share_tied_weights();
   void tie_gradients();
+  std::vector<T> without_tied_head(std::vector<T> values) const;
+  std::vector<T> with_tied_head(std::vector<T> values) const;
   static constexpr int kTieTag = 0x7e1;
   // optimizer.clip_norm: scales this cell's gradients by the factor of the
   // model's global gradient norm (optim/clip.hpp). Collective over the pipeline.
@@ -340,6 +352,8 @@ class Pipeline {
   std::int64_t labels_per_sample_ = 1;  // T for token_cross_entropy
   double last_gradient_norm_ = 0;
   TiedLayers tied_;
+  Kokkos::View<T*, MemSpace> tied_peer_;  // the other tied cell's V x d slice (allocated once)
+  typename Kokkos::View<T*, MemSpace>::HostMirror tied_peer_host_, tied_send_host_;
   NormalizationStats normalization_;
   std::int64_t steps_done_ = 0;
   std::int64_t total_steps_ = 0;
