@@ -25,7 +25,14 @@
 #include "gpipe/kernels/gemm.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/optim/loss_scale.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/stage.hpp"
+#include "gpipe/pipeline/transport.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 namespace {
@@ -434,6 +441,107 @@ TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   EXPECT_EQ(h[2], 0x3f82);
   EXPECT_EQ(sizeof(std::uint16_t) * bits.extent(0), 2 * v.size());
   EXPECT_THROW(pack_wire(ExecSpace(), Format::fp32, src.data(), 1, bits.data()), std::invalid_argument);
+}
+
+// A boundary buffer with 16-bit storage holds its values in 2 bytes each
+// and nothing else: no float buffer, store/load round-trips 16-bit values
+// exactly, and only a 16-bit format on a float buffer is accepted.
+TEST(SixteenBitStorage, BoundaryBufferHoldsTwoBytesAValue) {
+  const std::vector<float> v = {1.0f, -2.5f, 0.1f, 3.0e4f, 1e-3f, 7.0f};  // 2 rows x 3
+  for (const Format f : {Format::bf16, Format::fp16}) {
+    BoundaryBuffer<float> b("gpipe::test::boundary", 4, 3);
+    EXPECT_EQ(b.bytes(), 4 * 3 * 4);
+    b.set_storage_format(f);
+    EXPECT_TRUE(b.stores_16_bit());
+    EXPECT_EQ(b.bytes(), 0);                  // the float buffer is gone
+    EXPECT_EQ(b.wire_buffer_bytes(), 4 * 3 * 2);  // capacity x cols x 2 bytes
+    EXPECT_EQ(b.wire_value_bytes(), 2);
+    EXPECT_EQ(b.cols(), 3);
+    std::vector<float> rounded(v.size());
+    for (size_t i = 0; i < v.size(); ++i) rounded[i] = round_to(f, v[i]);
+    b.store(test::to_device(rounded, 2, 3));
+    Vector<float> work("work", 12);
+    const Matrix<float> back = b.load(2, work.data());
+    EXPECT_EQ(back.extent(0), 2u);
+    EXPECT_EQ(back.data(), work.data());
+    EXPECT_EQ(test::to_host(back), rounded) << name(f);
+  }
+  BoundaryBuffer<float> b("gpipe::test::boundary", 2, 2);
+  EXPECT_THROW(b.set_storage_format(Format::fp32), std::invalid_argument);
+  EXPECT_THROW(b.store(ConstMatrix<float>()), std::logic_error);  // no 16-bit storage
+  BoundaryBuffer<double> d("gpipe::test::boundary", 2, 2);
+  EXPECT_THROW(d.set_storage_format(Format::bf16), std::invalid_argument);
+}
+
+// The README's quickstart, CNN and ViT decks on K = 1..4 cells under
+// fill_drain, 1f1b and zero_bubble: with bf16 (16-bit storage) every kept
+// value's slot bytes (the stage input and output, the kept layer outputs,
+// zero_bubble's kept output gradients) are exactly half of float's, and
+// the rest (saved state, logits, fill_drain's whole-batch stacks) is
+// unchanged; plan_run reports the planned bytes of those slots. Known
+// numbers: the quickstart on one cell (16-row micro-batches, 8 slots).
+TEST(SixteenBitStorage, KeptValueBytesOfTheReadmeDecksAreHalfOfFloat) {
+  for (const char* file : {"fashion_mnist_mlp", "fashion_mnist_cnn", "fashion_mnist_vit"})
+    for (const char* schedule : {"fill_drain", "1f1b", "zero_bubble"})
+      for (int K = 1; K <= 4; ++K) {
+        SCOPED_TRACE(std::string(file) + " " + schedule + " K=" + std::to_string(K));
+        const std::string path = std::string(GPIPE_SOURCE_DIR "/inputs/") + file + ".yaml";
+        const std::string sched = std::string("pipeline.schedule=") + schedule;
+        const Deck f = load_deck(path, {sched}), b = load_deck(path, {sched, "precision=bf16"});
+        const RunPlan pf = plan_run(f, K), pb = plan_run(b, K);
+        ASSERT_EQ(pf.partition.counts, pb.partition.counts);
+        const Schedule s = deck_schedule(f, K);
+        CellOptions of;
+        of.max_batch = largest_shard(f, 1);
+        of.micro_batches = f.training.micro_batches;
+        of.remat = f.pipeline.remat;
+        of.schedule = f.pipeline.schedule;
+        CellOptions ob = of;
+        ob.wire = Format::bf16;
+        const auto shapes = model_shapes(f.model);
+        std::int64_t kept_output_grads = 0;
+        for (int k = 0; k < K; ++k) {
+          const StageSlotBytes sf = stage_slot_bytes(shapes, pf.partition, k, s, of, 4);
+          const StageSlotBytes sb = stage_slot_bytes(shapes, pb.partition, k, s, ob, 4);
+          EXPECT_GT(sf.values.micro_batch, 0);
+          EXPECT_EQ(2 * sb.values.micro_batch, sf.values.micro_batch);
+          EXPECT_EQ(2 * sb.values.activations, sf.values.activations);
+          EXPECT_EQ(2 * sb.values.weight_grad, sf.values.weight_grad);
+          EXPECT_EQ(sb.values.fixed + sb.values.batch_weights + sb.values.input_grad, 0);
+          EXPECT_EQ(sb.scalar.micro_batch, sf.scalar.micro_batch);
+          EXPECT_EQ(sb.scalar.activations, sf.scalar.activations);
+          EXPECT_EQ(sb.scalar.fixed, sf.scalar.fixed);
+          EXPECT_EQ(sb.scalar.batch_weights, sf.scalar.batch_weights);
+          const CellBufferPlan plan = plan_buffers(s, k);
+          kept_output_grads += plan.weight_grad.slots * sf.values.weight_grad;
+          EXPECT_EQ(pf.activation_bytes[size_t(k)], planned_bytes(plan, sf.total()));
+          EXPECT_EQ(pb.activation_bytes[size_t(k)], planned_bytes(plan, sb.total()));
+          // What halves: every slot's kept values, times the plan's slot counts.
+          EXPECT_EQ(pf.activation_bytes[size_t(k)] - pb.activation_bytes[size_t(k)],
+                    plan.micro_batch.slots * sb.values.micro_batch + plan.activations.slots * sb.values.activations +
+                        plan.weight_grad.slots * sb.values.weight_grad);
+        }
+        // Kept for W: zero_bubble's splitting layers (Dense, conv2d) before a stage's last
+        // (the ViT's one Dense layer is the model's last: nothing kept).
+        if (std::string(schedule) != "zero_bubble" || std::string(file) == "fashion_mnist_vit")
+          EXPECT_EQ(kept_output_grads, 0);
+        else
+          EXPECT_GT(kept_output_grads, 0);
+        // pipeline.activation_storage: float keeps float's bytes.
+        const Deck bf = load_deck(path, {sched, "precision=bf16", "pipeline.activation_storage=float"});
+        EXPECT_EQ(plan_run(bf, K).activation_bytes, pf.activation_bytes);
+      }
+  // The quickstart, K = 1, fill_drain: 16 rows x (input 784 + outputs
+  // 512 + 512 + 512 + 256 + 256 + 256) in 8 slots, halved; the logits
+  // (16 x 10) and the whole-batch W's stacks (128 x (512 + 256 + 10 + 512))
+  // in float either way.
+  const std::string quickstart = GPIPE_SOURCE_DIR "/inputs/fashion_mnist_mlp.yaml";
+  EXPECT_EQ(plan_run(load_deck(quickstart), 1).activation_bytes.at(0),
+            8 * 16 * (784 + 2304) * 4 + 16 * 10 * 4 + 128 * 1290 * 4);
+  EXPECT_EQ(plan_run(load_deck(quickstart, {"precision=bf16"}), 1).activation_bytes.at(0),
+            8 * 16 * (784 + 2304) * 2 + 16 * 10 * 4 + 128 * 1290 * 4);
+  EXPECT_EQ(plan_run(load_deck(quickstart, {"precision=fp16", "pipeline.schedule=1f1b"}), 1).activation_bytes.at(0),
+            16 * (784 + 2304) * 2 + 16 * 10 * 4);
 }
 
 TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
