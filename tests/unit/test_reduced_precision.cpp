@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -297,6 +298,61 @@ TEST(ReducedPrecision, ConvAgainstFloatOfRoundedOperands) {
       largest_change = std::max(largest_change, std::abs(double(got[i]) - plain[i]));
     }
     EXPECT_GT(largest_change, tol) << "the convolution operands were not rounded";
+  }
+}
+
+// oneDNN's bf16 convolution (bf16 src/weights/diff_dst in its blocked
+// layouts, f32 results) against the portable path on the same bf16 operands
+// (rounded into fp32 copies): equal up to fp32 summation order, i.e. within
+// 2 gamma_k sum|products| for a reduction of length k (taps for y and dx...,
+// n x pixels for dw), for two shapes (stride 2, bias, an accumulating
+// weight gradient); its own primitives (3 more for a new format).
+TEST(ReducedPrecision, OneDnnBf16ConvAgainstPortable) {
+  const auto impls = kernels::available();
+  if (std::find(impls.begin(), impls.end(), kernels::Implementation::onednn) == impls.end())
+    GTEST_SKIP() << "no oneDNN in this build";
+  for (const int stride : {1, 2}) {
+    kernels::ConvShape cs;
+    cs.channels = 5, cs.height = 9, cs.width = 8, cs.filters = 6, cs.kernel_h = 3, cs.kernel_w = 3;
+    cs.stride_h = cs.stride_w = stride, cs.pad_h = cs.pad_w = 1;
+    const std::int64_t n = 3;
+    const auto x = host_random(n * cs.in_features(), 61 + stride), w = host_random(cs.filters * cs.taps(), 62);
+    const auto dy = host_random(n * cs.out_features(), 63), b = host_random(size_t(cs.filters), 64);
+    auto run = [&](kernels::Implementation impl) {
+      kernels::Conv2d<float> conv(cs, impl);
+      using C = kernels::Conv2d<float>;
+      const ComputeScope scope(Format::bf16);
+      const std::int64_t before = kernels::conv2d_primitives_created();
+      Matrix<float> y("y", n, cs.out_features()), dx("dx", n, cs.in_features()), dw("dw", cs.filters, cs.taps());
+      Kokkos::View<float*, MemSpace> saved("saved", size_t(std::max<std::int64_t>(conv.saved_per_sample() * n, 1)));
+      Kokkos::View<float*, MemSpace> db("db", size_t(cs.filters));
+      const auto X = test::to_device(x, n, cs.in_features()), W = test::to_device(w, cs.filters, cs.taps());
+      const auto B = test::to_device(b, 1, cs.filters);
+      const auto DY = test::to_device(dy, n, cs.out_features());
+      const C::Saved sv(saved.data(), saved.extent(0));
+      conv.forward(ExecSpace(), X, W, C::ConstBias(B.data(), size_t(cs.filters)), y, sv);
+      conv.backward(ExecSpace(), X, DY, W, sv, dw, C::Bias(db.data(), db.extent(0)), false, dx);
+      conv.backward_weights(ExecSpace(), X, DY, sv, dw, C::Bias(db.data(), db.extent(0)), true);  // dw = 2 dw
+      if (impl == kernels::Implementation::onednn) EXPECT_EQ(kernels::conv2d_primitives_created() - before, 3);
+      auto out = test::to_host(y);
+      for (float v : test::to_host(dx)) out.push_back(v);
+      for (float v : test::to_host(dw)) out.push_back(v);
+      for (float v : test::to_host(db)) out.push_back(v);
+      return out;
+    };
+    const auto got = run(kernels::Implementation::onednn), ref = run(kernels::Implementation::portable);
+    ASSERT_EQ(got.size(), ref.size());
+    // |operands| <= 1: a sum of k products is off by at most gamma_k k per
+    // order, two orders apart: 2 gamma_k k (k <= n x output pixels, doubled
+    // for the accumulated dw).
+    const std::int64_t k = 2 * n * cs.out_h() * cs.out_w() + cs.taps();
+    const double tol = 2 * gamma32(k) * double(k);
+    double largest = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], ref[i], tol) << "stride " << stride << " at " << i;
+      largest = std::max(largest, std::abs(double(got[i]) - ref[i]));
+    }
+    EXPECT_LT(largest, tol);
   }
 }
 
