@@ -162,7 +162,8 @@ nlohmann::json to_json(const gpipe::Prediction& p) {
                                       {"staging", c.memory.staging},
                                       {"reduction", c.memory.reduction},
                                       {"transient", c.memory.transient},
-                                      {"weight_copy", c.memory.weight_copy}}}});
+                                      {"weight_copy", c.memory.weight_copy},
+                                      {"seam_scratch", c.memory.seam_scratch}}}});
   return j;
 }
 

@@ -22,7 +22,7 @@ namespace gpipe {
 
 std::int64_t CellMemory::total() const {
   return parameters + gradients + layer_state + optimizer + activations + gradient_buffers + workspaces + staging +
-         reduction + transient + weight_copy;
+         reduction + transient + weight_copy + seam_scratch;
 }
 
 namespace {
@@ -76,9 +76,17 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     while (stage + 1 < S && partition.first_layer(stage + 1) <= layer) ++stage;
     return stage;
   };
+  // The seam's reduced-precision operand scratch (kernels/reduced.cpp): a
+  // 16-bit copy (bf16 with oneDNN) or a rounded fp32 copy (fp16, portable)
+  // of each GEMM operand that is not a weight, in two grow-only slots.
+  const bool bf16_onednn = precision.compute == Format::bf16 &&
+                           kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn;
+  const bool onednn_conv = precision.compute == Format::bf16 &&
+                           kernels::implementation(kernels::Primitive::conv2d, 2) == kernels::Implementation::onednn;
   std::vector<CellMemory> out;
   for (int k = 0; k < K; ++k) {
     std::int64_t params = 0, state = 0, layers_on_rank = 0;
+    std::int64_t scratch_a = 0, scratch_b = 0;  // values
     Term workspaces, activations, gradient_buffers, staging;
     // A boundary buffer of `values` values: the float buffer (none with
     // 16-bit storage) and the 16-bit wire buffer (a 16-bit wire).
@@ -106,6 +114,25 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
             workspaces.add(b);
       }
       const CellBufferPlan plan = plan_buffers(schedule, st);
+      // An estimate from the shapes: a layer with weights multiplies its
+      // input x and output gradient dy (whole-batch for a BatchWeights W),
+      // a transformer block its token rows up to its widest workspace;
+      // oneDNN's bf16 convolution converts in its own reorders.
+      for (int l = 0; l < count && precision.reduced(); ++l) {
+        const LayerShape& ls = layer(l);
+        if (ls.parameter_count() == 0 || (onednn_conv && ls.type() == "conv2d")) continue;
+        const bool whole = plan.batch_weights >= 0 && splits(l) && ls.entry->whole_batch_weights;
+        const std::int64_t R = whole ? shard : rows;
+        scratch_a = std::max({scratch_a, R * ls.input.size(), rows * ls.output.size()});
+        scratch_b = std::max(scratch_b, R * ls.output.size());
+        if (!bf16_onednn) scratch_b = std::max(scratch_b, ls.parameter_count());  // weights rounded too
+        if (ls.entry->workspace)
+          for (const std::int64_t b : ls.entry->workspace(*ls.spec.config, ls.input, rows, int(s), M))
+            if (ls.type() == "transformer_block") {
+              scratch_a = std::max(scratch_a, b / s);
+              scratch_b = std::max(scratch_b, b / s);
+            }
+      }
       // The whole-batch W (a BatchWeights op): each such layer's output
       // gradients over the shard, and its input (one shared buffer of the
       // widest without re-materialization; stage 0's first layer reads the batch).
@@ -182,6 +209,8 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     if (precision.compute == Format::bf16 &&
         kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn && params > 0)
       c.weight_copy = view_bytes(params * 2);
+    if (scratch_a > 0) c.seam_scratch = view_bytes(scratch_a * (bf16_onednn ? 2 : 4));
+    if (scratch_b > 0) c.seam_scratch += view_bytes(scratch_b * (bf16_onednn ? 2 : 4));
     c.staging = staging.bytes;
     if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
     // Transient, one after the other in a step: the tied gradient's peer
@@ -209,13 +238,14 @@ void check_memory_budget(const std::vector<CellMemory>& cells, std::int64_t budg
     throw InputError(fmt::format(
         "pipeline.memory_budget: cell {} ({} {}) needs {} ({} bytes), more than the budget of {} ({} bytes) per "
         "rank: parameters {}, gradients {}, optimizer state {}, layer state {}, activations {}, gradient buffers "
-        "{}, workspaces {}, staging {}, reduction {}, tied-gradient exchange {}, bf16 weight copy {}; use more cells (ranks), "
+        "{}, workspaces {}, staging {}, reduction {}, tied-gradient exchange {}, bf16 weight copy {}, seam scratch {}; use more cells (ranks), "
         "pipeline.remat: always, or more micro-batches",
         k, ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "), format_bytes(c.total()), c.total(),
         format_bytes(budget), budget, format_bytes(c.parameters), format_bytes(c.gradients),
         format_bytes(c.optimizer), format_bytes(c.layer_state), format_bytes(c.activations),
         format_bytes(c.gradient_buffers), format_bytes(c.workspaces), format_bytes(c.staging),
-        format_bytes(c.reduction), format_bytes(c.transient), format_bytes(c.weight_copy)));
+        format_bytes(c.reduction), format_bytes(c.transient), format_bytes(c.weight_copy),
+        format_bytes(c.seam_scratch)));
   }
 }
 

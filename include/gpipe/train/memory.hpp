@@ -46,6 +46,14 @@ struct CellMemory {
   /// bf16 runs whose GEMM is oneDNN's bf16 primitive: the bf16 copy of the
   /// cell's parameters (P x 2 bytes; kernels::WeightCopy), else 0.
   std::int64_t weight_copy = 0;
+  /// bf16 / fp16: the kernel seam's grow-only operand scratch (the
+  /// converted GEMM operands: 2 bytes a value with oneDNN's bf16 GEMM, else
+  /// rounded fp32 copies), estimated from the shapes as the largest
+  /// activation operand of the rank's layers (x and dy of a layer with
+  /// weights, whole-batch under a BatchWeights op; a transformer block's
+  /// widest token rows) in each of its two slots; process-wide, so not exact
+  /// (scripts/check_memory_model.py checks it within 5%).
+  std::int64_t seam_scratch = 0;
   /// Peak device bytes of a training step: the sum of every term.
   std::int64_t total() const;
 };
