@@ -164,12 +164,15 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
         batch_x_[size_t(l)] = Matrix<T>(batch_x_shared_.data(), options.max_batch, layers_[size_t(l)]->in_features());
   }
 
+  // 16-bit storage: boundary buffers without a float buffer (BoundaryBuffer).
+  const Format storage = storage16_ ? options_.wire : Format::fp32;
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!batch_source)
-      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space);
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space, storage);
     if (!loss_sink) {
-      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space);
-      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_, options_.space);
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space, storage);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_,
+                                 options_.space, storage);
     } else {
       logit_grads_.emplace_back(uninitialized(fmt::format("gpipe::Cell::logit_grad[{}]", s)), rows,
                                 out_features_);
@@ -178,12 +181,11 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   }
   if (!batch_source)
     for (int s = 0; s < plan.input_grad.slots; ++s)
-      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space,
+                                storage);
   for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})  // precision policy's wire
-    for (auto& b : *buffers) {
-      if (storage16_) b.set_storage_format(options_.wire);  // the 16-bit buffer alone
-      else b.set_wire_format(options_.wire);
-    }
+    for (auto& b : *buffers)
+      if (!storage16_) b.set_wire_format(options_.wire);  // 16-bit storage: set at construction
   if (loss_sink) {
     logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
     loss_ = make_loss<T>(model.loss);

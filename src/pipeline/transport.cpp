@@ -99,12 +99,18 @@ int mpi_count(std::int64_t count, const std::string& what) {
 
 template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(const std::string& label, std::int64_t capacity_rows,
-                                  std::int64_t cols, const ExecSpace& space)
-    : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols),
+                                  std::int64_t cols, const ExecSpace& space, Format storage)
+    : device_(packed_wire(storage)
+                  ? Matrix<T>(static_cast<T*>(nullptr), 0, size_t(cols))  // 16-bit storage: no float buffer
+                  : Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols)),
       space_(space),
       capacity_(capacity_rows),
       label_(label) {
   (void)mpi_count(capacity_rows * cols, label);  // every message on it fits an int count
+  if (packed_wire(storage)) {
+    set_storage_format(storage);
+    return;
+  }
   if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"),
                                    capacity_rows, cols);
 }

@@ -80,8 +80,10 @@ class BoundaryBuffer {
   /// `space`: the execution-space instance whose kernels write and read the
   /// buffer; post_send() fences it (not Kokkos::fence()) and staging copies
   /// run on it.
+  /// `storage` bf16 / fp16: constructed with 16-bit storage
+  /// (set_storage_format(storage)), no float buffer ever allocated.
   BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols,
-                 const ExecSpace& space = ExecSpace());
+                 const ExecSpace& space = ExecSpace(), Format storage = Format::fp32);
   ~BoundaryBuffer() { cancel(); }
   BoundaryBuffer(const BoundaryBuffer&) = delete;
   BoundaryBuffer& operator=(const BoundaryBuffer&) = delete;
