@@ -160,7 +160,9 @@ nlohmann::json to_json(const gpipe::Prediction& p) {
                                       {"workspaces", c.memory.workspaces},
                                       {"staging", c.memory.staging},
                                       {"reduction", c.memory.reduction},
-                                      {"transient", c.memory.transient}}}});
+                                      {"transient", c.memory.transient},
+                                      {"weight_copy", c.memory.weight_copy},
+                                      {"seam_scratch", c.memory.seam_scratch}}}});
   return j;
 }
 

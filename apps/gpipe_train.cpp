@@ -418,7 +418,7 @@ nlohmann::json memory_report(const gpipe::Deck& deck, const gpipe::Pipeline<T>& 
                      {"optimizer", m.optimizer}, {"activations", m.activations},
                      {"gradient_buffers", m.gradient_buffers}, {"workspaces", m.workspaces},
                      {"staging", m.staging}, {"reduction", m.reduction}, {"transient", m.transient},
-                     {"total", m.total()}});
+                     {"weight_copy", m.weight_copy}, {"seam_scratch", m.seam_scratch}, {"total", m.total()}});
   j["predicted_per_cell"] = terms;
   return j;
 }

@@ -9,9 +9,13 @@ device memory space (memory.peak_device_bytes_per_rank, core/memory.hpp).
 Prints a Markdown table; exits 1 when a rank is off by more than --tolerance
 (default 5%). Decks without a data set (inputs/large_transformer_plan.yaml,
 planning only) are listed as skipped. Missing generated data (data/emulated_*,
-data/heat1d_*, data/kjv_*) is made with the scripts setup.sh uses.
+data/heat1d_*, data/kjv_*) is made with the scripts setup.sh uses. The
+README's quickstart, CNN and ViT decks are also run in bf16 (--set
+precision=bf16: 16-bit activation storage, the bf16 weight copy, the seam's
+operand scratch); --precision P runs every deck in P instead.
 
-  scripts/check_memory_model.py [--build build] [--deck inputs/kjv_gpt.yaml ...] [--tolerance 0.05]
+  scripts/check_memory_model.py [--build build] [--deck inputs/kjv_gpt.yaml ...] [--precision bf16]
+                                [--tolerance 0.05]
 """
 import argparse
 import glob
@@ -30,6 +34,8 @@ GENERATORS = {
     "data/kjv_train.h5": ["scripts/make_text_data.py", "data"],
 }
 
+BF16_DECKS = ("fashion_mnist_mlp.yaml", "fashion_mnist_cnn.yaml", "fashion_mnist_vit.yaml")
+
 
 def ranks_of(deck):
     cells = (deck.get("parallel") or {}).get("cells", 0) or 0
@@ -41,21 +47,28 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--deck", action="append", help="decks to check (default: inputs/*.yaml)")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--precision", help="run every deck in this precision (default: as written, and bf16 "
+                                        "for the quickstart, CNN and ViT decks)")
     args = ap.parse_args()
-    decks = args.deck or sorted(glob.glob(os.path.join(ROOT, "inputs", "*.yaml")))
+    paths = args.deck or sorted(glob.glob(os.path.join(ROOT, "inputs", "*.yaml")))
+    if args.precision:
+        decks = [(p, args.precision) for p in paths]
+    else:
+        decks = [(p, None) for p in paths]
+        decks += [(p, "bf16") for p in paths if os.path.basename(p) in BF16_DECKS]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     print("| deck | ranks | rank | predicted bytes | measured peak bytes | error | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
     worst, failed = 0.0, False
     with tempfile.TemporaryDirectory() as tmp:
-        for path in decks:
+        for path, precision in decks:
             with open(path) as f:
                 deck = yaml.safe_load(f)
             data = deck.get("data") or {}
             train = data.get("train_file") or data.get("train_images")
             if train in GENERATORS and not os.path.exists(os.path.join(ROOT, train)):
                 subprocess.run([sys.executable] + GENERATORS[train], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-            name = os.path.relpath(path, ROOT)
+            name = os.path.relpath(path, ROOT) + (f" ({precision})" if precision else "")
             if not os.path.exists(os.path.join(ROOT, train)):
                 print(f"| {name} | - | - | - | - | skipped: no data set ({train}) | - |")
                 continue
@@ -66,6 +79,8 @@ def main():
                    path, "--quiet", "--summary", summary, "--set", "training.epochs=1",
                    "--set", f"data.train_limit={batch}", "--set", f"data.test_limit={batch}",
                    "--set", "checkpoint.directory=" + os.path.join(tmp, "ckpt"), "--set", "checkpoint.every_epochs=0"]
+            if precision:
+                cmd += ["--set", f"precision={precision}"]
             r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
             if r.returncode != 0:
                 print(f"| {name} | {ranks} | - | - | - | FAILED to run: {r.stderr.strip().splitlines()[-1:]} | - |")

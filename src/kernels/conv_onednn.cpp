@@ -11,6 +11,14 @@
 // Backward-weights writes dW and db; to add them (accumulate) it writes
 // into the layer's gradient workspace and one Kokkos kernel adds that in.
 //
+// bf16 (compute format bf16, backend.hpp set_compute_format): the same
+// primitives with bf16 multiplied operands (src, weights, diff_dst) and f32
+// results (dst, diff_src, diff_weights, diff_bias) and f32 accumulation,
+// oneDNN's avx512_core_bf16 kernels where the CPU has them: the reorders
+// from gpipe's plain f32 Views into the primitive's blocked bf16 layouts
+// convert (round to nearest even), so conv.cpp passes x, w and dy unrounded.
+// Own primitives per (n, bias, bf16), so a step changing format makes new ones.
+//
 // Padding: pad_h/pad_w on the left and on the right, as in the portable
 // lowering; the output extent is then oneDNN's (H + 2 pad - K) / S + 1,
 // the same floor, so trailing input rows no window reaches are skipped.
@@ -32,6 +40,7 @@ namespace {
 using dims = memory::dims;
 using tag = memory::format_tag;
 constexpr auto f32 = memory::data_type::f32;
+constexpr auto bf16 = memory::data_type::bf16;
 
 using Unmanaged = Kokkos::View<float**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using Flat = Kokkos::View<float*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -108,7 +117,7 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
                Saved) override {
     space.fence();
     const bool bias = b.extent(0) > 0;
-    Step& e = steps(std::int64_t(x.extent(0)), bias).forward;
+    Step& e = steps(std::int64_t(x.extent(0)), bias, reduced_bf16()).forward;
     if (bias)
       e.run({{DNNL_ARG_SRC, x.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_BIAS, b.data()}, {DNNL_ARG_DST, y.data()}});
     else
@@ -118,7 +127,7 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
   void backward_data(const ExecSpace& space, ConstMatrix<float> dy, ConstMatrix<float> w,
                      Matrix<float> dx) override {
     space.fence();
-    data_step(std::int64_t(dy.extent(0)))
+    data_step(std::int64_t(dy.extent(0)), reduced_bf16())
         .run({{DNNL_ARG_DIFF_DST, dy.data()}, {DNNL_ARG_WEIGHTS, w.data()}, {DNNL_ARG_DIFF_SRC, dx.data()}});
   }
 
@@ -126,7 +135,7 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
                         Matrix<float> dw, Bias db, bool accumulate) override {
     space.fence();
     const bool bias = db.extent(0) > 0;
-    Step& e = steps(std::int64_t(x.extent(0)), bias).weights;
+    Step& e = steps(std::int64_t(x.extent(0)), bias, reduced_bf16()).weights;
     float* w_out = dw.data();
     float* b_out = bias ? db.data() : nullptr;
     if (accumulate) {
@@ -160,58 +169,64 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
     Step forward, weights;
   };
 
-  memory::desc src_md(std::int64_t n, tag t = tag::nchw) const {
-    return memory::desc({n, s_.channels, s_.height, s_.width}, f32, t);
+  // The compute format is bf16: bf16 operands.
+  static bool reduced_bf16() { return compute_format() == Format::bf16; }
+  memory::desc src_md(std::int64_t n, tag t = tag::nchw, memory::data_type d = f32) const {
+    return memory::desc({n, s_.channels, s_.height, s_.width}, d, t);
   }
-  memory::desc weights_md(tag t = tag::oihw) const {
-    return memory::desc({s_.filters, s_.channels, s_.kernel_h, s_.kernel_w}, f32, t);
+  memory::desc weights_md(tag t = tag::oihw, memory::data_type d = f32) const {
+    return memory::desc({s_.filters, s_.channels, s_.kernel_h, s_.kernel_w}, d, t);
   }
-  memory::desc dst_md(std::int64_t n, tag t = tag::nchw) const {
-    return memory::desc({n, s_.filters, s_.out_h(), s_.out_w()}, f32, t);
+  memory::desc dst_md(std::int64_t n, tag t = tag::nchw, memory::data_type d = f32) const {
+    return memory::desc({n, s_.filters, s_.out_h(), s_.out_w()}, d, t);
   }
   dims strides() const { return {s_.stride_h, s_.stride_w}; }
   dims padding() const { return {s_.pad_h, s_.pad_w}; }
 
-  dnnl::convolution_forward::primitive_desc forward_pd(std::int64_t n, bool bias) const {
+  dnnl::convolution_forward::primitive_desc forward_pd(std::int64_t n, bool bias, bool b16) const {
     const auto any = tag::any;
+    const auto op = b16 ? bf16 : f32;  // the multiplied operands
     const memory::desc bia({s_.filters}, f32, tag::x);
     const auto algorithm = dnnl::algorithm::convolution_direct;
     const auto kind = dnnl::prop_kind::forward_training;
-    const auto d = bias ? dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any), weights_md(any), bia,
-                                                          dst_md(n, any), strides(), padding(), padding())
-                        : dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any), weights_md(any),
+    const auto d = bias ? dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any, op), weights_md(any, op),
+                                                          bia, dst_md(n, any), strides(), padding(), padding())
+                        : dnnl::convolution_forward::desc(kind, algorithm, src_md(n, any, op), weights_md(any, op),
                                                           dst_md(n, any), strides(), padding(), padding());
     return dnnl::convolution_forward::primitive_desc(d, engine());
   }
 
   // The backward-data step for n samples (bias plays no part), made once.
-  Step& data_step(std::int64_t n) {
-    auto it = data_.find(n);
+  Step& data_step(std::int64_t n, bool b16) {
+    const std::vector<std::int64_t> key{n, b16 ? 1 : 0};
+    auto it = data_.find(key);
     if (it != data_.end()) return it->second;
     const auto any = tag::any;
+    const auto op = b16 ? bf16 : f32;
     const auto algorithm = dnnl::algorithm::convolution_direct;
     const dnnl::convolution_backward_data::primitive_desc pd(
-        dnnl::convolution_backward_data::desc(algorithm, src_md(n, any), weights_md(any), dst_md(n, any), strides(),
-                                              padding(), padding()),
-        engine(), forward_pd(n, false));
+        dnnl::convolution_backward_data::desc(algorithm, src_md(n, any), weights_md(any, op), dst_md(n, any, op),
+                                              strides(), padding(), padding()),
+        engine(), forward_pd(n, false, b16));
     Step e;
     e.primitive = dnnl::convolution_backward_data(pd);
     e.add(DNNL_ARG_DIFF_DST, dst_md(n), pd.diff_dst_desc(), false);
     e.add(DNNL_ARG_WEIGHTS, weights_md(), pd.weights_desc(), false);
     e.add(DNNL_ARG_DIFF_SRC, src_md(n), pd.diff_src_desc(), true);
     count_conv2d_primitives(1);
-    return data_.emplace(n, std::move(e)).first->second;
+    return data_.emplace(key, std::move(e)).first->second;
   }
 
   // The forward and backward-weights steps for n samples (with or without
   // bias), made once.
-  Set& steps(std::int64_t n, bool bias) {
-    const std::vector<std::int64_t> key{n, bias ? 1 : 0};
+  Set& steps(std::int64_t n, bool bias, bool b16) {
+    const std::vector<std::int64_t> key{n, bias ? 1 : 0, b16 ? 1 : 0};
     auto it = sets_.find(key);
     if (it != sets_.end()) return it->second;
     const auto any = tag::any;
+    const auto op = b16 ? bf16 : f32;
     const memory::desc bia({s_.filters}, f32, tag::x);
-    const auto fpd = forward_pd(n, bias);
+    const auto fpd = forward_pd(n, bias, b16);
     Set set;
     set.forward.primitive = dnnl::convolution_forward(fpd);
     set.forward.add(DNNL_ARG_SRC, src_md(n), fpd.src_desc(), false);
@@ -220,10 +235,12 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
     set.forward.add(DNNL_ARG_DST, dst_md(n), fpd.dst_desc(), true);
 
     const auto algorithm = dnnl::algorithm::convolution_direct;
-    const auto wd = bias ? dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any), weights_md(any), bia,
-                                                                     dst_md(n, any), strides(), padding(), padding())
-                         : dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any), weights_md(any),
-                                                                     dst_md(n, any), strides(), padding(), padding());
+    const auto wd = bias ? dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any, op), weights_md(any),
+                                                                     bia, dst_md(n, any, op), strides(), padding(),
+                                                                     padding())
+                         : dnnl::convolution_backward_weights::desc(algorithm, src_md(n, any, op), weights_md(any),
+                                                                     dst_md(n, any, op), strides(), padding(),
+                                                                     padding());
     const dnnl::convolution_backward_weights::primitive_desc wpd(wd, engine(), fpd);
     set.weights.primitive = dnnl::convolution_backward_weights(wpd);
     set.weights.add(DNNL_ARG_SRC, src_md(n), wpd.src_desc(), false);
@@ -235,8 +252,8 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
   }
 
   ConvShape s_;
-  std::map<std::vector<std::int64_t>, Set> sets_;  // by (n, bias)
-  std::map<std::int64_t, Step> data_;              // by n
+  std::map<std::vector<std::int64_t>, Set> sets_;   // by (n, bias, bf16)
+  std::map<std::vector<std::int64_t>, Step> data_;  // by (n, bf16)
   Kokkos::View<float**, Kokkos::LayoutRight, MemSpace> tmp_w_;
   Kokkos::View<float*, MemSpace> tmp_b_;
 };

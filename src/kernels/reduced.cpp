@@ -59,17 +59,21 @@ void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst
 
 float* scratch(int slot, std::int64_t n) {
   auto& v = workspace().f32[size_t(slot)];
-  if (std::int64_t(v.extent(0)) < n)
+  if (std::int64_t(v.extent(0)) < n) {
+    v = Vector<float>();  // freed before the larger one is allocated: the peak holds one
     v = Vector<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch"),
                       size_t(n));
+  }
   return v.data();
 }
 
 bf16* scratch16(int slot, std::int64_t n) {
   auto& v = workspace().b16[size_t(slot)];
-  if (std::int64_t(v.extent(0)) < n)
+  if (std::int64_t(v.extent(0)) < n) {
+    v = Kokkos::View<bf16*, MemSpace>();
     v = Kokkos::View<bf16*, MemSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch16"), size_t(n));
+  }
   return v.data();
 }
 
@@ -81,9 +85,11 @@ const bf16* weight_copy(const float* p, std::int64_t n) {
 
 void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n) {
   Workspace& w = workspace();
-  if (std::int64_t(w.weights.extent(0)) < n)
+  if (std::int64_t(w.weights.extent(0)) != n) {  // exactly the registered parameters (cell_memory's weight_copy)
+    w.weights = Kokkos::View<bf16*, MemSpace>();
     w.weights = Kokkos::View<bf16*, MemSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::weight_copy"), size_t(n));
+  }
   to_bf16(space, params, n, w.weights.data());
   w.weights_of = params;
   w.weights_n = n;
@@ -94,6 +100,7 @@ void drop_weight_copy(const float* params) {
   if (w.weights_of == params) {
     w.weights_of = nullptr;
     w.weights_n = 0;
+    w.weights = Kokkos::View<bf16*, MemSpace>();  // freed with its owner (a Pipeline's WeightCopy)
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gpipe/core/error.hpp"
 
@@ -15,30 +16,65 @@ Schedule training_schedule(const CellOptions& options, int cells) {
                        options.w_group);
 }
 
+bool stores_16_bit(const CellOptions& options, std::int64_t scalar_bytes) {
+  return options.activation_storage16 && packed_wire(options.wire) && scalar_bytes == 4;
+}
+
+SlotBytes StageSlotBytes::total() const {
+  SlotBytes t;
+  t.micro_batch = values.micro_batch + scalar.micro_batch;
+  t.activations = values.activations + scalar.activations;
+  t.input_grad = values.input_grad + scalar.input_grad;
+  t.fixed = values.fixed + scalar.fixed;
+  t.weight_grad = values.weight_grad + scalar.weight_grad;
+  t.batch_weights = values.batch_weights + scalar.batch_weights;
+  t.weight_group = values.weight_group + scalar.weight_group;
+  return t;
+}
+
 std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
                                     int stage, const Schedule& schedule, const CellOptions& options,
                                     std::int64_t scalar_bytes) {
+  return planned_bytes(plan_buffers(schedule, stage),
+                       stage_slot_bytes(shapes, partition, stage, schedule, options, scalar_bytes).total());
+}
+
+StageSlotBytes stage_slot_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
+                                const Schedule& schedule, const CellOptions& options, std::int64_t scalar_bytes) {
   const int M = options.micro_batches;
   const int first = partition.first_layer(stage), count = partition.counts.at(size_t(stage));
   const std::int64_t rows = (options.max_batch + M - 1) / M;
   const auto layer = [&](int l) -> const LayerShape& { return shapes.at(size_t(first + l)); };
-  const auto bytes = [&](std::int64_t r, std::int64_t c) { return r * c * scalar_bytes; };
+  // 16-bit storage: 2 bytes a kept value; the saved state stays scalar_bytes.
+  const bool storage16 = stores_16_bit(options, scalar_bytes);
+  const std::int64_t value_bytes = storage16 ? 2 : scalar_bytes;
+  const auto bytes = [&](std::int64_t r, std::int64_t c) { return r * c * value_bytes; };
   const auto saved = [&](int l) { return layer(l).saved.elements(rows) * scalar_bytes; };
   const bool last = stage == schedule.stages - 1;
   const std::int64_t in = layer(0).input.size(), out = layer(count - 1).output.size();
   // Slot sizes (the gradient buffers are allocated from the same plan but
   // not counted).
-  SlotBytes slot;
-  slot.micro_batch = bytes(rows, in) + (last ? 0 : bytes(rows, out)) + saved(count - 1);
-  for (int l = 0; l + 1 < count; ++l) slot.activations += bytes(rows, layer(l).output.size()) + saved(l);
-  slot.fixed = last ? bytes(rows, out) : 0;
+  StageSlotBytes slot;
+  slot.values.micro_batch = bytes(rows, in) + (last ? 0 : bytes(rows, out));
+  slot.scalar.micro_batch = saved(count - 1);
+  for (int l = 0; l + 1 < count; ++l) {
+    slot.values.activations += bytes(rows, layer(l).output.size());
+    slot.scalar.activations += saved(l);
+  }
+  // The logits stay float. The float working buffer a 16-bit layer input
+  // is unpacked into is one per stage, not per micro-batch: like the
+  // backward's ping-pong pair it is not activation storage (the memory
+  // model counts all three, train/memory.cpp).
+  slot.scalar.fixed = last ? rows * out * scalar_bytes : 0;
   // zero_bubble keeps the output gradient of every split layer (registry
   // entry splits_backward, as Layer::splits_backward) from its B op to its W op.
   for (int l = 0; l + 1 < count; ++l)
-    if (layer(l).entry && layer(l).entry->splits_backward) slot.weight_grad += bytes(rows, layer(l).output.size());
-  slot.batch_weights = batch_weight_bytes(shapes, partition, stage, options, scalar_bytes);
-  slot.weight_group = weight_group_bytes(shapes, partition, stage, rows, scalar_bytes);
-  return planned_bytes(plan_buffers(schedule, stage), slot);
+    if (layer(l).entry && layer(l).entry->splits_backward)
+      slot.values.weight_grad += bytes(rows, layer(l).output.size());
+  slot.scalar.batch_weights = batch_weight_bytes(shapes, partition, stage, options, scalar_bytes);
+  // A grouped W's stacks stay scalar_bytes a value (like the whole-batch W's).
+  slot.scalar.weight_group = weight_group_bytes(shapes, partition, stage, rows, scalar_bytes);
+  return slot;
 }
 
 std::int64_t weight_group_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
@@ -95,6 +131,7 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   const int M = options.micro_batches;
   const int count = int(layers_.size());
   capacity_ = (options.max_batch + M - 1) / M;
+  storage16_ = stores_16_bit(options, std::int64_t(sizeof(T)));
   for (auto* layer : layers_) layer->reserve(capacity_);
   in_features_ = layers_.front()->in_features();
   out_features_ = layers_.back()->out_features();
@@ -157,12 +194,15 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   if (group_out > 0)
     group_dy_ = Vector<T>(uninitialized("gpipe::Cell::group_dy"), plan.weight_group * rows * group_out);
 
+  // 16-bit storage: boundary buffers without a float buffer (BoundaryBuffer).
+  const Format storage = storage16_ ? options_.wire : Format::fp32;
   for (int s = 0; s < plan.micro_batch.slots; ++s) {
     if (!batch_source)
-      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space);
+      inputs_.emplace_back(fmt::format("gpipe::Cell::input[{}]", s), rows, in_features_, options_.space, storage);
     if (!loss_sink) {
-      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space);
-      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_, options_.space);
+      outputs_.emplace_back(fmt::format("gpipe::Cell::output[{}]", s), rows, out_features_, options_.space, storage);
+      output_grads_.emplace_back(fmt::format("gpipe::Cell::output_grad[{}]", s), rows, out_features_,
+                                 options_.space, storage);
     } else {
       logit_grads_.emplace_back(uninitialized(fmt::format("gpipe::Cell::logit_grad[{}]", s)), rows,
                                 out_features_);
@@ -171,37 +211,61 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   }
   if (!batch_source)
     for (int s = 0; s < plan.input_grad.slots; ++s)
-      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space);
+      input_grads_.emplace_back(fmt::format("gpipe::Cell::input_grad[{}]", s), rows, in_features_, options_.space,
+                                storage);
   for (auto* buffers : {&inputs_, &outputs_, &output_grads_, &input_grads_})  // precision policy's wire
-    for (auto& b : *buffers) b.set_wire_format(options_.wire);
+    for (auto& b : *buffers)
+      if (!storage16_) b.set_wire_format(options_.wire);  // 16-bit storage: set at construction
   if (loss_sink) {
     logits_ = Matrix<T>(uninitialized("gpipe::Cell::logits"), rows, out_features_);
     loss_ = make_loss<T>(model.loss);
     loss_->set_execution_space(options_.space);
     loss_->reserve(rows, out_features_, std::max<std::int64_t>(model.labels_per_sample(), 1));  // the first step allocates nothing either
   }
-  weight_grads_.resize(size_t(plan.weight_grad.slots));
+  using Packed16 = Kokkos::View<std::uint16_t*, MemSpace>;
+  const auto packed16 = [&](const std::string& name, std::int64_t cols) {
+    return Packed16(uninitialized(name), size_t(rows * cols));
+  };
+  if (storage16_) weight_grads16_.resize(size_t(plan.weight_grad.slots));
+  else weight_grads_.resize(size_t(plan.weight_grad.slots));
   for (int s = 0; s < plan.weight_grad.slots; ++s)
-    for (int l = 0; l + 1 < count; ++l)
-      weight_grads_[size_t(s)].push_back(
-          splits_[size_t(l)]
-              ? Matrix<T>(uninitialized(fmt::format("gpipe::Cell::weight_grad[{}][{}]", s, l)), rows,
-                          layers_[size_t(l)]->out_features())
-              : Matrix<T>());
-  kept_.resize(size_t(plan.activations.slots));
+    for (int l = 0; l + 1 < count; ++l) {
+      const std::string name = fmt::format("gpipe::Cell::weight_grad[{}][{}]", s, l);
+      const std::int64_t cols = layers_[size_t(l)]->out_features();
+      if (storage16_)
+        weight_grads16_[size_t(s)].push_back(splits_[size_t(l)] ? packed16(name, cols) : Packed16());
+      else
+        weight_grads_[size_t(s)].push_back(splits_[size_t(l)] ? Matrix<T>(uninitialized(name), rows, cols)
+                                                              : Matrix<T>());
+    }
+  if (storage16_) kept16_.resize(size_t(plan.activations.slots));
+  else kept_.resize(size_t(plan.activations.slots));
   saved_.resize(size_t(plan.activations.slots));
   for (int s = 0; s < plan.activations.slots; ++s) {
     for (int l = 0; l + 1 < count; ++l) {
-      kept_[size_t(s)].emplace_back(uninitialized(fmt::format("gpipe::Cell::activation[{}][{}]", s, l)),
-                                    rows, layers_[size_t(l)]->out_features());
+      const std::string name = fmt::format("gpipe::Cell::activation[{}][{}]", s, l);
+      if (storage16_)
+        kept16_[size_t(s)].push_back(packed16(name, layers_[size_t(l)]->out_features()));
+      else
+        kept_[size_t(s)].emplace_back(uninitialized(name), rows, layers_[size_t(l)]->out_features());
       saved_[size_t(s)].push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", s, l)));
     }
   }
   grad_ping_ = Vector<T>(uninitialized("gpipe::Cell::grad_ping"), rows * max_features);
   grad_pong_ = Vector<T>(uninitialized("gpipe::Cell::grad_pong"), rows * max_features);
+  if (storage16_) {  // a working buffer, as grad_ping_ / grad_pong_ (cell_memory's gradient_buffers)
+    std::int64_t widest_input = 0;
+    for (auto* layer : layers_) widest_input = std::max(widest_input, layer->in_features());
+    input_work_ = Vector<T>(uninitialized("gpipe::Cell::input_work"), rows * widest_input);
+  }
   const auto shapes = model_shapes(model);
   activation_bytes_ =
       stage_activation_bytes(shapes, partition, links_.stage, training, options, std::int64_t(sizeof(T)));
+}
+
+template <class T>
+std::int64_t Stage<T>::wire_value_bytes() const {
+  return packed_wire(options_.wire) ? 2 : std::int64_t(sizeof(T));
 }
 
 template <class T>
@@ -210,9 +274,24 @@ void Stage<T>::begin(const CellBufferPlan& plan) {
   activation_slot_.assign(state_.split.size(), -1);
 }
 
+namespace {
+// 16-bit storage: the first rows x cols values of `packed` unpacked into work.
+template <class T>
+Matrix<T> unpacked(const ExecSpace& space, Format format, const Kokkos::View<std::uint16_t*, MemSpace>& packed,
+                   std::int64_t rows, std::int64_t cols, T* work) {
+  if constexpr (std::is_same_v<T, float>) unpack_wire(space, format, packed.data(), rows * cols, work);
+  return Matrix<T>(work, size_t(rows), size_t(cols));
+}
+}  // namespace
+
 template <class T>
 ConstMatrix<T> Stage<T>::layer_input(int m, int layer) const {
   const auto& mb = state_.split[size_t(m)];
+  if (storage16_ && layer > 0)  // unpacked from its 16-bit slot
+    return unpacked(options_.space, options_.wire, kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer - 1)],
+                    mb.size, layers_[size_t(layer)]->in_features(), input_work_.data());
+  if (storage16_ && links_.source == StageSource::Receive)
+    return inputs_[size_t(plan_->micro_batch.slot[size_t(m)])].load(mb.size, input_work_.data());
   if (layer > 0) return layer_output(m, layer - 1);
   if (links_.source == StageSource::Receive) return inputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(mb.size);
   return Kokkos::subview(state_.batch_inputs, std::make_pair(mb.offset, mb.offset + mb.size), Kokkos::ALL);
@@ -221,12 +300,53 @@ ConstMatrix<T> Stage<T>::layer_input(int m, int layer) const {
 template <class T>
 Matrix<T> Stage<T>::layer_output(int m, int layer) const {
   const auto n = state_.split[size_t(m)].size;
+  if (storage16_) return forward_output(m, layer);
   if (layer + 1 == int(layers_.size())) {
     return links_.sink == StageSink::Loss ? Matrix<T>(logits_.data(), n, out_features_)
                                           : outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].rows(n);
   }
   const Matrix<T>& storage = kept_[size_t(activation_slot_[size_t(m)])][size_t(layer)];
   return Matrix<T>(storage.data(), n, storage.extent(1));
+}
+
+template <class T>
+Matrix<T> Stage<T>::forward_output(int m, int layer) const {
+  const auto n = state_.split[size_t(m)].size;
+  if (layer + 1 == int(layers_.size()) && links_.sink == StageSink::Loss)
+    return Matrix<T>(logits_.data(), n, out_features_);
+  // Alternating working buffers: layer l + 1 reads layer l's output from one
+  // while it writes its own into the other.
+  T* buffer = layer % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
+  return Matrix<T>(buffer, n, layers_[size_t(layer)]->out_features());
+}
+
+template <class T>
+void Stage<T>::store_output(int m, int layer, const Matrix<T>& y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (layer + 1 < int(layers_.size()))
+      pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()),
+                kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data());
+    else if (links_.sink == StageSink::Send)
+      outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].store(y);
+  }
+}
+
+template <class T>
+ConstMatrix<T> Stage<T>::kept_output_grad(int m, int l) const {
+  const auto n = state_.split[size_t(m)].size;
+  const auto slot = size_t(plan_->weight_grad.slot[size_t(m)]);
+  if (storage16_)
+    return unpacked(options_.space, options_.wire, weight_grads16_[slot][size_t(l)], n,
+                    layers_[size_t(l)]->out_features(), grad_ping_.data());
+  const Matrix<T>& kept = weight_grads_[slot][size_t(l)];
+  return Matrix<T>(kept.data(), n, kept.extent(1));
+}
+
+template <class T>
+ConstMatrix<T> Stage<T>::received_output_grad(int m, T* work) const {
+  const auto n = state_.split[size_t(m)].size;
+  const auto& buffer = output_grads_[size_t(plan_->micro_batch.slot[size_t(m)])];
+  return storage16_ ? buffer.load(n, work) : buffer.rows(n);
 }
 
 template <class T>
@@ -244,8 +364,8 @@ void Stage<T>::post_receives(int m) {
   const auto slot = size_t(plan_->micro_batch.slot[size_t(m)]);
   const bool input = links_.source == StageSource::Receive;
   const bool gradient = state_.training && links_.sink == StageSink::Send;
-  const std::int64_t bytes =
-      rows * std::int64_t(sizeof(T)) * ((input ? in_features_ : 0) + (gradient ? out_features_ : 0));
+  const std::int64_t bytes =  // on the wire: 2 bytes a value with a 16-bit wire
+      rows * wire_value_bytes() * ((input ? in_features_ : 0) + (gradient ? out_features_ : 0));
   if (bytes == 0) return;
   const Tracer::Scope receive(state_.tracer, EventKind::Receive, m, bytes);
   const int S = links_.stages, s = links_.stage;
@@ -292,10 +412,14 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
   {
     const Tracer::Scope compute(tracer, whole_stage ? EventKind::Forward : EventKind::Recompute, m);
     const int count = whole_stage ? int(layers_.size()) : int(layers_.size()) - 1;
+    ConstMatrix<T> x = layer_input(m, 0);
     for (int l = 0; l < count; ++l) {
-      layers_[size_t(l)]->forward(ctx, layer_input(m, l), layer_output(m, l), layer_saved(m, l));
-      const Matrix<T> y = layer_output(m, l);  // 16-bit wire: every activation a 16-bit value
+      const Matrix<T> y = layer_output(m, l);  // 16-bit storage: a float working buffer
+      layers_[size_t(l)]->forward(ctx, x, y, layer_saved(m, l));
+      // 16-bit wire: every activation a 16-bit value
       if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+      if (storage16_) store_output(m, l, y);  // exact: y holds 16-bit values
+      x = y;
     }
     if (!whole_stage) return;  // a recompute stops before the stage output
     if (!send) {
@@ -315,7 +439,7 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
       return;
     }
   }
-  const Tracer::Scope sending(tracer, EventKind::Send, m, mb.size * out_features_ * std::int64_t(sizeof(T)));
+  const Tracer::Scope sending(tracer, EventKind::Send, m, mb.size * out_features_ * wire_value_bytes());
   outputs_[slot].post_send(comm_, links_.sink_rank, forward_tag(m, links_.stage, links_.stages), mb.size,
                            links_.to_sink);
 }
@@ -338,7 +462,7 @@ void Stage<T>::backward(int m, bool split) {
       output_grads_[slot].wait();
     }
     deliver(output_grads_[slot], m);
-    dy = output_grads_[slot].rows(n);
+    dy = received_output_grad(m, grad_pong_.data());  // 16-bit storage: the last layer's dx goes to grad_ping_
   }
   const bool send = links_.source == StageSource::Receive;
   BoundaryBuffer<T>* input_grad = send ? &input_grads_[size_t(plan_->input_grad.slot[size_t(m)])] : nullptr;
@@ -352,7 +476,10 @@ void Stage<T>::backward(int m, bool split) {
     for (int l = count - 1; l >= 0; --l) {
       const int local = local_offset_ + l;
       Matrix<T> dx;
-      if (l > 0 && split && splits_[size_t(l - 1)]) {  // layer l-1's dL/dy, kept for its W op
+      if (storage16_ && (l > 0 || send) && !(l > 0 && batch_w_[size_t(l - 1)])) {  // packed after the layer
+        T* buffer = (count - 1 - l) % 2 == 0 ? grad_ping_.data() : grad_pong_.data();
+        dx = Matrix<T>(buffer, n, layers_[size_t(l)]->in_features());
+      } else if (l > 0 && split && splits_[size_t(l - 1)]) {  // layer l-1's dL/dy, kept for its W op
         const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l - 1)];
         dx = Matrix<T>(kept.data(), n, kept.extent(1));
       } else if (l > 0 && batch_w_[size_t(l - 1)]) {  // layer l-1's dL/dy, stacked for the whole-batch W
@@ -381,11 +508,18 @@ void Stage<T>::backward(int m, bool split) {
       }
       if (packed_wire(options_.wire) && dx.data())  // 16-bit wire: every input gradient a 16-bit value
         round_activations(options_.space, options_.wire, dx.data(), std::int64_t(dx.span()));
+      if constexpr (std::is_same_v<T, float>) {
+        if (storage16_ && l > 0 && split && splits_[size_t(l - 1)])  // kept for layer l-1's W op
+          pack_wire(options_.space, options_.wire, dx.data(), std::int64_t(dx.span()),
+                    weight_grads16_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l - 1)].data());
+        else if (storage16_ && l == 0 && send)
+          input_grad->store(dx);
+      }
       dy = dx;
     }
   }
   if (send) {
-    const Tracer::Scope sending(tracer, EventKind::Send, m, n * in_features_ * std::int64_t(sizeof(T)));
+    const Tracer::Scope sending(tracer, EventKind::Send, m, n * in_features_ * wire_value_bytes());
     input_grad->post_send(comm_, links_.source_rank, backward_tag(m, links_.stage - 1, links_.stages), n,
                           links_.to_source);
   }
@@ -430,16 +564,16 @@ void Stage<T>::backward_weights(int m, int count) {
   for (int q = m; q < end; ++q) activation_slot_[size_t(q)] = plan_->activations.slot[size_t(q)];
   const Tracer::Scope compute(state_.tracer, EventKind::BackwardWeights, m);
   const int layers = int(layers_.size());
-  // dL/dy of layer l for micro-batch q, as the B op left it.
+  // dL/dy of layer l for micro-batch q, as the B op left it (unpacked into
+  // grad_ping_ with 16-bit storage: each use below consumes it before the
+  // next call; layer_input unpacks into input_work_, another buffer).
   const auto output_grad = [&](int q, int l) -> ConstMatrix<T> {
-    const auto n = state_.split[size_t(q)].size;
-    const auto slot = size_t(plan_->micro_batch.slot[size_t(q)]);
-    if (l + 1 < layers) {
-      const Matrix<T>& kept = weight_grads_[size_t(plan_->weight_grad.slot[size_t(q)])][size_t(l)];
-      return Matrix<T>(kept.data(), n, kept.extent(1));
+    if (l + 1 < layers) return kept_output_grad(q, l);
+    if (links_.sink == StageSink::Loss) {
+      const auto slot = size_t(plan_->micro_batch.slot[size_t(q)]);
+      return Matrix<T>(logit_grads_[slot].data(), state_.split[size_t(q)].size, out_features_);
     }
-    if (links_.sink == StageSink::Loss) return Matrix<T>(logit_grads_[slot].data(), n, out_features_);
-    return output_grads_[slot].rows(n);  // waited for by the B op
+    return received_output_grad(q, grad_ping_.data());  // waited for by the B op
   };
   for (int l = layers - 1; l >= 0; --l) {
     if (!splits_[size_t(l)]) continue;

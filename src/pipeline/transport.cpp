@@ -99,9 +99,18 @@ int mpi_count(std::int64_t count, const std::string& what) {
 
 template <class T>
 BoundaryBuffer<T>::BoundaryBuffer(const std::string& label, std::int64_t capacity_rows,
-                                  std::int64_t cols, const ExecSpace& space)
-    : device_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols), space_(space) {
+                                  std::int64_t cols, const ExecSpace& space, Format storage)
+    : device_(packed_wire(storage)
+                  ? Matrix<T>(static_cast<T*>(nullptr), 0, size_t(cols))  // 16-bit storage: no float buffer
+                  : Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), capacity_rows, cols)),
+      space_(space),
+      capacity_(capacity_rows),
+      label_(label) {
   (void)mpi_count(capacity_rows * cols, label);  // every message on it fits an int count
+  if (packed_wire(storage)) {
+    set_storage_format(storage);
+    return;
+  }
   if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"),
                                    capacity_rows, cols);
 }
@@ -112,6 +121,9 @@ BoundaryBuffer<T>::BoundaryBuffer(BoundaryBuffer&& other) noexcept
       host_(std::move(other.host_)),
       packed_(std::move(other.packed_)),
       space_(other.space_),
+      capacity_(other.capacity_),
+      label_(std::move(other.label_)),
+      storage16_(other.storage16_),
       request_(other.request_),
       stamp_request_(other.stamp_request_),
       stamp_(std::move(other.stamp_)),
@@ -134,6 +146,9 @@ BoundaryBuffer<T>& BoundaryBuffer<T>::operator=(BoundaryBuffer&& other) noexcept
   host_ = std::move(other.host_);
   packed_ = std::move(other.packed_);
   space_ = other.space_;
+  capacity_ = other.capacity_;
+  label_ = std::move(other.label_);
+  storage16_ = other.storage16_;
   request_ = other.request_;
   other.request_ = MPI_REQUEST_NULL;
   stamp_request_ = other.stamp_request_;
@@ -194,10 +209,12 @@ void BoundaryBuffer<T>::cancel() noexcept {
     packed_ = Packed{};
     set_wire_format(format);
   }
-  device_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, device_.label()), device_.extent(0),
-                      device_.extent(1));
-  if (staged()) host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, host_.label()),
-                                   device_.extent(0), device_.extent(1));
+  if (!storage16_)
+    device_ = Matrix<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), device_.extent(0),
+                        device_.extent(1));
+  if (staged() && !storage16_)
+    host_ = HostBuffer(Kokkos::view_alloc(Kokkos::WithoutInitializing, host_.label()), device_.extent(0),
+                       device_.extent(1));
 }
 
 template <class T>
@@ -209,12 +226,48 @@ void BoundaryBuffer<T>::set_wire_format(Format format) {
   if (!std::is_same_v<T, float>)
     throw std::invalid_argument(fmt::format("gpipe::BoundaryBuffer: wire format {} needs float buffers", name(format)));
   packed_.format = format;
-  const std::string label = std::string(device_.label()) + "::wire";
-  packed_.device = Kokkos::View<std::uint16_t*, MemSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label),
-                                                          device_.span());
+  const std::string label = label_ + "::wire";
+  const auto values = size_t(capacity_ * cols());
+  packed_.device =
+      Kokkos::View<std::uint16_t*, MemSpace>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), values);
   if (staged())
     packed_.host = Kokkos::View<std::uint16_t*, compat::HostPinnedSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"), device_.span());
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, label + "::host"), values);
+}
+
+template <class T>
+void BoundaryBuffer<T>::set_storage_format(Format format) {
+  if (!packed_wire(format))
+    throw std::invalid_argument(fmt::format("gpipe::BoundaryBuffer: 16-bit storage needs bf16 or fp16, not {}",
+                                            name(format)));
+  set_wire_format(format);  // throws for a double buffer
+  storage16_ = true;
+  device_ = Matrix<T>(static_cast<T*>(nullptr), 0, device_.extent(1));  // unmanaged: no allocation
+  host_ = HostBuffer();
+}
+
+template <class T>
+void BoundaryBuffer<T>::store(ConstMatrix<T> values) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!storage16_) throw std::logic_error("gpipe::BoundaryBuffer::store: the buffer has no 16-bit storage");
+    pack_wire(space_, packed_.format, values.data(), std::int64_t(values.span()), packed_.device.data());
+  } else {
+    (void)values;
+    throw std::logic_error("gpipe::BoundaryBuffer::store: 16-bit storage needs a float buffer");
+  }
+}
+
+template <class T>
+Matrix<T> BoundaryBuffer<T>::load(std::int64_t rows, T* work) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!storage16_) throw std::logic_error("gpipe::BoundaryBuffer::load: the buffer has no 16-bit storage");
+    unpack_wire(space_, packed_.format, packed_.device.data(), rows * cols(), work);
+    return Matrix<T>(work, size_t(rows), size_t(cols()));
+  } else {
+    (void)rows;
+    (void)work;
+    throw std::logic_error("gpipe::BoundaryBuffer::load: 16-bit storage needs a float buffer");
+  }
 }
 
 template <class T>
@@ -256,7 +309,7 @@ void BoundaryBuffer<T>::post_recv(MPI_Comm comm, int source, int tag, std::int64
   }
   void* buffer = packed_.device.data() ? (staged() ? (void*)packed_.host.data() : (void*)packed_.device.data())
                                         : (void*)mpi_buffer();
-  const int rc = MPI_Irecv(buffer, mpi_count(std::int64_t(device_.span()), describe()),
+  const int rc = MPI_Irecv(buffer, mpi_count(capacity_ * cols(), describe()),
                            packed_.device.data() ? MPI_UINT16_T : mpi_type<T>(), source, tag, comm, &request_);
   if (rc != MPI_SUCCESS)
     throw PipelineError(fmt::format("rank {}: MPI_Irecv of the {} from rank {} failed: {}", rank_,
@@ -279,8 +332,8 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
   // the whole device) before MPI reads them; stage only the rows sent.
   const bool packed = packed_.device.data() != nullptr;
   if constexpr (std::is_same_v<T, float>) {
-    if (packed) {  // float -> 16-bit wire values, only the rows sent
-      pack_wire(space_, packed_.format, device_.data(), count, packed_.device.data());
+    if (packed) {  // float -> 16-bit wire values, only the rows sent (16-bit storage: stored already)
+      if (!storage16_) pack_wire(space_, packed_.format, device_.data(), count, packed_.device.data());
       if (staged())
         Kokkos::deep_copy(space_, Kokkos::subview(packed_.host, std::make_pair(std::int64_t(0), count)),
                           Kokkos::subview(packed_.device, std::make_pair(std::int64_t(0), count)));
@@ -349,7 +402,7 @@ void BoundaryBuffer<T>::wait() {
       if (staged())
         Kokkos::deep_copy(space_, Kokkos::subview(packed_.device, std::make_pair(std::int64_t(0), expected)),
                           Kokkos::subview(packed_.host, std::make_pair(std::int64_t(0), expected)));
-      unpack_wire(space_, packed_.format, packed_.device.data(), expected, device_.data());
+      if (!storage16_) unpack_wire(space_, packed_.format, packed_.device.data(), expected, device_.data());
       compat::fence(space_, "gpipe::BoundaryBuffer::wait");
       return;
     }

@@ -9,19 +9,21 @@
 #include <cstdlib>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/kernels/backend.hpp"
 #include "gpipe/layers/registry.hpp"
 #include "gpipe/layers/tied.hpp"
 #include "gpipe/loss/exact_sum.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/buffer_plan.hpp"
 #include "gpipe/pipeline/stage.hpp"
+#include "gpipe/pipeline/wire_format.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 
 std::int64_t CellMemory::total() const {
   return parameters + gradients + layer_state + optimizer + activations + gradient_buffers + workspaces + staging +
-         reduction + transient;
+         reduction + transient + weight_copy + seam_scratch;
 }
 
 namespace {
@@ -57,6 +59,15 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
   options.chunks = deck.pipeline.chunks;
+  const Precision precision = precision_policy(deck.precision);
+  options.wire = precision.wire;
+  options.activation_storage16 = deck.pipeline.activation_storage16;
+  // 16-bit storage: the kept values and the boundary buffers hold v = 2
+  // bytes a value and no float copy; a 16-bit wire with float storage adds
+  // a 2-byte wire buffer to each boundary buffer (BoundaryBuffer).
+  const bool storage16 = stores_16_bit(options, s);
+  const std::int64_t v = storage16 ? 2 : s;
+  const bool wire16 = packed_wire(precision.wire);
   const Schedule schedule = deck_schedule(deck, K);
   require(schedule.stages == S, fmt::format("cell_memory: the partition has {} stages, the schedule of {} cells {}",
                                             S, K, schedule.stages));
@@ -66,10 +77,24 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     while (stage + 1 < S && partition.first_layer(stage + 1) <= layer) ++stage;
     return stage;
   };
+  // The seam's reduced-precision operand scratch (kernels/reduced.cpp): a
+  // 16-bit copy (bf16 with oneDNN) or a rounded fp32 copy (fp16, portable)
+  // of each GEMM operand that is not a weight, in two grow-only slots.
+  const bool bf16_onednn = precision.compute == Format::bf16 &&
+                           kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn;
+  const bool onednn_conv = precision.compute == Format::bf16 &&
+                           kernels::implementation(kernels::Primitive::conv2d, 2) == kernels::Implementation::onednn;
   std::vector<CellMemory> out;
   for (int k = 0; k < K; ++k) {
     std::int64_t params = 0, state = 0, layers_on_rank = 0;
+    std::int64_t scratch_a = 0, scratch_b = 0;  // values
     Term workspaces, activations, gradient_buffers, staging;
+    // A boundary buffer of `values` values: the float buffer (none with
+    // 16-bit storage) and the 16-bit wire buffer (a 16-bit wire).
+    const auto boundary = [&](Term& term, std::int64_t values) {
+      if (!storage16) term.add(values * s);
+      if (wire16) term.add(values * 2);
+    };
     // As Runner's and each Stage's constructors allocate them
     // (pipeline/runner.cpp, pipeline/stage.cpp).
     for (const int st : stages_of_rank(schedule, k)) {
@@ -90,6 +115,25 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
             workspaces.add(b);
       }
       const CellBufferPlan plan = plan_buffers(schedule, st);
+      // An estimate from the shapes: a layer with weights multiplies its
+      // input x and output gradient dy (whole-batch for a BatchWeights W),
+      // a transformer block its token rows up to its widest workspace;
+      // oneDNN's bf16 convolution converts in its own reorders.
+      for (int l = 0; l < count && precision.reduced(); ++l) {
+        const LayerShape& ls = layer(l);
+        if (ls.parameter_count() == 0 || (onednn_conv && ls.type() == "conv2d")) continue;
+        const bool whole = plan.batch_weights >= 0 && splits(l) && ls.entry->whole_batch_weights;
+        const std::int64_t R = whole ? shard : rows;
+        scratch_a = std::max({scratch_a, R * ls.input.size(), rows * ls.output.size()});
+        scratch_b = std::max(scratch_b, R * ls.output.size());
+        if (!bf16_onednn) scratch_b = std::max(scratch_b, ls.parameter_count());  // weights rounded too
+        if (ls.entry->workspace)
+          for (const std::int64_t b : ls.entry->workspace(*ls.spec.config, ls.input, rows, int(s), M))
+            if (ls.type() == "transformer_block") {
+              scratch_a = std::max(scratch_a, b / s);
+              scratch_b = std::max(scratch_b, b / s);
+            }
+      }
       // The whole-batch W (a BatchWeights op): each such layer's output
       // gradients over the shard, and its input (one shared buffer of the
       // widest without re-materialization; stage 0's first layer reads the batch).
@@ -116,28 +160,33 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         activations.add_if(plan.weight_group * rows * group_out * s);
       }
       for (int slot = 0; slot < plan.micro_batch.slots; ++slot) {
-        if (!batch_source) activations.add(rows * in * s);  // the received input
+        if (!batch_source) boundary(activations, rows * in);  // the received input
         if (!loss_sink) {
-          activations.add(rows * out_width * s);        // the output sent on
-          gradient_buffers.add(rows * out_width * s);  // its gradient received
+          boundary(activations, rows * out_width);        // the output sent on
+          boundary(gradient_buffers, rows * out_width);  // its gradient received
         } else {
           gradient_buffers.add(rows * out_width * s);  // the logit gradient
         }
         activations.add_if(saved(count - 1));
       }
       if (!batch_source)
-        for (int slot = 0; slot < plan.input_grad.slots; ++slot) gradient_buffers.add(rows * in * s);
+        for (int slot = 0; slot < plan.input_grad.slots; ++slot) boundary(gradient_buffers, rows * in);
       if (loss_sink) activations.add(rows * out_width * s);  // the logits
       for (int slot = 0; slot < plan.weight_grad.slots; ++slot)
         for (int l = 0; l + 1 < count; ++l)
-          if (splits(l)) activations.add(rows * layer(l).output.size() * s);
+          if (splits(l)) activations.add(rows * layer(l).output.size() * v);
       for (int slot = 0; slot < plan.activations.slots; ++slot)
         for (int l = 0; l + 1 < count; ++l) {
-          activations.add(rows * layer(l).output.size() * s);
+          activations.add(rows * layer(l).output.size() * v);
           activations.add_if(saved(l));
         }
       gradient_buffers.add(rows * widest * s);  // the backward's ping-pong pair
       gradient_buffers.add(rows * widest * s);
+      if (storage16) {  // the float buffer a 16-bit layer input is unpacked into
+        std::int64_t widest_input = 0;
+        for (int l = 0; l < count; ++l) widest_input = std::max(widest_input, layer(l).input.size());
+        gradient_buffers.add(rows * widest_input * s);
+      }
       // The loss's buffers (Loss::reserve): softmax cross-entropy a double
       // loss and an int32 hit per row (token cross-entropy: per token) and
       // its totals (an exact sum of kExactWords int64 words, hits, bad
@@ -181,6 +230,13 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     c.activations = activations.bytes;
     c.gradient_buffers = gradient_buffers.bytes;
     c.workspaces = workspaces.bytes;
+    // bf16 with oneDNN's bf16 GEMM: the bf16 copy of the rank's weights,
+    // refreshed after each step (kernels::WeightCopy).
+    if (precision.compute == Format::bf16 &&
+        kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn && params > 0)
+      c.weight_copy = view_bytes(params * 2);
+    if (scratch_a > 0) c.seam_scratch = view_bytes(scratch_a * (bf16_onednn ? 2 : 4));
+    if (scratch_b > 0) c.seam_scratch += view_bytes(scratch_b * (bf16_onednn ? 2 : 4));
     c.staging = staging.bytes;
     if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
     // Transient, in a step's tail: the clipping's per-layer bounds (int64) and sums (double).
@@ -201,13 +257,15 @@ void check_memory_budget(const std::vector<CellMemory>& cells, std::int64_t budg
     throw InputError(fmt::format(
         "pipeline.memory_budget: cell {} ({} {}) needs {} ({} bytes), more than the budget of {} ({} bytes) per "
         "rank: parameters {}, gradients {}, optimizer state {}, layer state {}, activations {}, gradient buffers "
-        "{}, workspaces {}, staging {}, reduction {}, clipping {}; use more cells (ranks), "
+        "{}, workspaces {}, staging {}, reduction {}, clipping {}, bf16 weight copy {}, seam scratch {}; use more "
+        "cells (ranks), "
         "pipeline.remat: always, or more micro-batches",
         k, ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "), format_bytes(c.total()), c.total(),
         format_bytes(budget), budget, format_bytes(c.parameters), format_bytes(c.gradients),
         format_bytes(c.optimizer), format_bytes(c.layer_state), format_bytes(c.activations),
         format_bytes(c.gradient_buffers), format_bytes(c.workspaces), format_bytes(c.staging),
-        format_bytes(c.reduction), format_bytes(c.transient)));
+        format_bytes(c.reduction), format_bytes(c.transient), format_bytes(c.weight_copy),
+        format_bytes(c.seam_scratch)));
   }
 }
 

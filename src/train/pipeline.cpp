@@ -87,6 +87,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
   options.custom_schedule = schedule;
   options.seed = deck.seed;
   options.wire = precision_.wire;
+  options.activation_storage16 = deck.pipeline.activation_storage16;
   if (deck.pipeline.link.enabled())
     options.link = LinkModel::from_deck(deck.pipeline.link.latency_us, deck.pipeline.link.bandwidth_gbps);
   cell_ = std::make_unique<Cell<T>>(deck.model, partition_, grid_.pipeline(), options);

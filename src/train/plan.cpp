@@ -48,6 +48,8 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   options.remat = deck.pipeline.remat;
   options.schedule = deck.pipeline.schedule;
   options.chunks = deck.pipeline.chunks;
+  options.wire = precision_policy(deck.precision).wire;  // 16-bit storage (stores_16_bit)
+  options.activation_storage16 = deck.pipeline.activation_storage16;
   const std::int64_t scalar = precision_policy(deck.precision).master_bytes();  // the cells' buffers
   for (int k = 0; k < K; ++k)
     plan.activation_bytes.push_back(cell_activation_bytes(shapes, plan.partition, k, options, scalar));

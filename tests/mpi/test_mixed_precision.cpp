@@ -13,6 +13,11 @@
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/io/checkpoint.hpp"
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
+#include "gpipe/pipeline/runner.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/stage.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
 #include "gpipe/train/pipeline.hpp"
 #include "gpipe/train/plan.hpp"
@@ -99,6 +104,73 @@ TEST(MixedPrecision, Bf16BoundaryBytesHalfOfFloat) {
     run(t, 0, 1);
     EXPECT_EQ(t.gather_boundary_bytes(), plan_run(deck(p == 0 ? "float" : "bf16"), world_size()).boundary_bytes);
   }
+}
+
+// 16-bit activation storage (pipeline.activation_storage: auto) against
+// float buffers of the same 16-bit values (float, the layout before it):
+// bitwise the same weights and evaluation loss under every schedule that
+// keeps different buffers (fill_drain's whole-batch W, 1f1b, zero_bubble's
+// kept output gradients, interleaved stages, re-materialization), in bf16
+// and fp16; each rank's activation bytes are float storage's less exactly
+// half of its kept values' (stage_slot_bytes), and the Tracer's Send bytes
+// are the wire's (2 bytes a value): what boundary_bytes_sent counts.
+TEST(MixedPrecision, SixteenBitStorageBitwiseAsFloatStorage) {
+  const int K = world_size();
+  std::vector<std::vector<std::string>> layouts = {{"pipeline.schedule=fill_drain"},
+                                                   {"pipeline.schedule=1f1b"},
+                                                   {"pipeline.schedule=zero_bubble"},
+                                                   {"pipeline.remat=always"},
+                                                   {"pipeline.schedule=1f1b", "pipeline.remat=except_last"}};
+  if (4 % K == 0 && 2 * K <= 9)
+    layouts.push_back({"pipeline.schedule=interleaved_1f1b", "pipeline.chunks=2", "pipeline.remat=always"});
+  const std::string trace = ::testing::TempDir() + "gpipe_storage_trace_" + std::to_string(K) + ".json";
+  for (const char* precision : {"bf16", "fp16"})
+    for (auto sets : layouts) {
+      SCOPED_TRACE(std::string(precision) + " " + sets.back());
+      sets.push_back("trace.file=" + trace);
+      sets.push_back("trace.every=1");
+      auto as_float = sets;
+      as_float.push_back("pipeline.activation_storage=float");
+      Pipeline<float> packed(deck(precision, sets), MPI_COMM_WORLD), reference(deck(precision, as_float), MPI_COMM_WORLD);
+      const std::int64_t before = boundary_bytes_sent();
+      run(packed, 0, 3);
+      const std::int64_t sent = boundary_bytes_sent() - before;
+      run(reference, 0, 3);
+      const auto p = packed.gather_parameters(), r = reference.gather_parameters();
+      const double lp = packed.evaluate(data()).loss, lr = reference.evaluate(data()).loss;
+      if (world_rank() == 0) {
+        EXPECT_EQ(p, r);
+        EXPECT_EQ(lp, lr);
+      }
+      std::int64_t traced = 0;
+      for (const auto& e : packed.tracer().events())
+        if (e.kind == std::int8_t(EventKind::Send)) traced += e.bytes;
+      EXPECT_EQ(traced, sent) << "rank " << world_rank();
+      // The bytes: float storage's less half of the kept values, stage by stage.
+      const Deck d = deck(precision, sets);
+      const Schedule schedule = deck_schedule(d, K);
+      CellOptions o;
+      o.max_batch = kBatch;
+      o.micro_batches = d.training.micro_batches;
+      o.remat = d.pipeline.remat;
+      o.schedule = d.pipeline.schedule;
+      o.chunks = d.pipeline.chunks;
+      o.activation_storage16 = false;  // float storage: values at 4 bytes
+      o.wire = precision_policy(precision).wire;
+      const auto bp = packed.gather_activation_bytes(), br = reference.gather_activation_bytes();
+      for (int k = 0; k < K; ++k) {
+        std::int64_t halved = 0;
+        for (const int st : stages_of_rank(schedule, k)) {
+          const StageSlotBytes b = stage_slot_bytes(model_shapes(d.model), packed.partition(), st, schedule, o, 4);
+          const CellBufferPlan plan = plan_buffers(schedule, st);
+          EXPECT_EQ(b.values.micro_batch % 2, 0);
+          halved += (plan.micro_batch.slots * b.values.micro_batch + plan.activations.slots * b.values.activations +
+                     plan.weight_grad.slots * b.values.weight_grad) / 2;
+        }
+        EXPECT_GT(halved, 0);
+        EXPECT_EQ(bp[size_t(k)], br[size_t(k)] - halved) << "rank " << k;
+      }
+    }
 }
 
 TEST(MixedPrecision, Bf16RestartBitwiseAndInAnotherPrecision) {

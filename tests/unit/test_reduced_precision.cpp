@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -25,7 +26,14 @@
 #include "gpipe/kernels/gemm.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/optim/loss_scale.hpp"
+#include "gpipe/io/deck.hpp"
+#include "gpipe/model/shapes.hpp"
+#include "gpipe/pipeline/buffer_plan.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/stage.hpp"
+#include "gpipe/pipeline/transport.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 namespace {
@@ -293,6 +301,61 @@ TEST(ReducedPrecision, ConvAgainstFloatOfRoundedOperands) {
   }
 }
 
+// oneDNN's bf16 convolution (bf16 src/weights/diff_dst in its blocked
+// layouts, f32 results) against the portable path on the same bf16 operands
+// (rounded into fp32 copies): equal up to fp32 summation order, i.e. within
+// 2 gamma_k sum|products| for a reduction of length k (taps for y and dx...,
+// n x pixels for dw), for two shapes (stride 2, bias, an accumulating
+// weight gradient); its own primitives (3 more for a new format).
+TEST(ReducedPrecision, OneDnnBf16ConvAgainstPortable) {
+  const auto impls = kernels::available();
+  if (std::find(impls.begin(), impls.end(), kernels::Implementation::onednn) == impls.end())
+    GTEST_SKIP() << "no oneDNN in this build";
+  for (const int stride : {1, 2}) {
+    kernels::ConvShape cs;
+    cs.channels = 5, cs.height = 9, cs.width = 8, cs.filters = 6, cs.kernel_h = 3, cs.kernel_w = 3;
+    cs.stride_h = cs.stride_w = stride, cs.pad_h = cs.pad_w = 1;
+    const std::int64_t n = 3;
+    const auto x = host_random(n * cs.in_features(), 61 + stride), w = host_random(cs.filters * cs.taps(), 62);
+    const auto dy = host_random(n * cs.out_features(), 63), b = host_random(size_t(cs.filters), 64);
+    auto run = [&](kernels::Implementation impl) {
+      kernels::Conv2d<float> conv(cs, impl);
+      using C = kernels::Conv2d<float>;
+      const ComputeScope scope(Format::bf16);
+      const std::int64_t before = kernels::conv2d_primitives_created();
+      Matrix<float> y("y", n, cs.out_features()), dx("dx", n, cs.in_features()), dw("dw", cs.filters, cs.taps());
+      Kokkos::View<float*, MemSpace> saved("saved", size_t(std::max<std::int64_t>(conv.saved_per_sample() * n, 1)));
+      Kokkos::View<float*, MemSpace> db("db", size_t(cs.filters));
+      const auto X = test::to_device(x, n, cs.in_features()), W = test::to_device(w, cs.filters, cs.taps());
+      const auto B = test::to_device(b, 1, cs.filters);
+      const auto DY = test::to_device(dy, n, cs.out_features());
+      const C::Saved sv(saved.data(), saved.extent(0));
+      conv.forward(ExecSpace(), X, W, C::ConstBias(B.data(), size_t(cs.filters)), y, sv);
+      conv.backward(ExecSpace(), X, DY, W, sv, dw, C::Bias(db.data(), db.extent(0)), false, dx);
+      conv.backward_weights(ExecSpace(), X, DY, sv, dw, C::Bias(db.data(), db.extent(0)), true);  // dw = 2 dw
+      if (impl == kernels::Implementation::onednn) EXPECT_EQ(kernels::conv2d_primitives_created() - before, 3);
+      auto out = test::to_host(y);
+      for (float v : test::to_host(dx)) out.push_back(v);
+      for (float v : test::to_host(dw)) out.push_back(v);
+      for (float v : test::to_host(db)) out.push_back(v);
+      return out;
+    };
+    const auto got = run(kernels::Implementation::onednn), ref = run(kernels::Implementation::portable);
+    ASSERT_EQ(got.size(), ref.size());
+    // |operands| <= 1: a sum of k products is off by at most gamma_k k per
+    // order, two orders apart: 2 gamma_k k (k <= n x output pixels, doubled
+    // for the accumulated dw).
+    const std::int64_t k = 2 * n * cs.out_h() * cs.out_w() + cs.taps();
+    const double tol = 2 * gamma32(k) * double(k);
+    double largest = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], ref[i], tol) << "stride " << stride << " at " << i;
+      largest = std::max(largest, std::abs(double(got[i]) - ref[i]));
+    }
+    EXPECT_LT(largest, tol);
+  }
+}
+
 TEST(ReducedPrecision, FloatFormatLeavesGemmBitwiseUnchanged) {
   const auto a = host_random(9 * 33, 61), b = host_random(33 * 5, 62);
   std::vector<float> before, after;
@@ -434,6 +497,107 @@ TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   EXPECT_EQ(h[2], 0x3f82);
   EXPECT_EQ(sizeof(std::uint16_t) * bits.extent(0), 2 * v.size());
   EXPECT_THROW(pack_wire(ExecSpace(), Format::fp32, src.data(), 1, bits.data()), std::invalid_argument);
+}
+
+// A boundary buffer with 16-bit storage holds its values in 2 bytes each
+// and nothing else: no float buffer, store/load round-trips 16-bit values
+// exactly, and only a 16-bit format on a float buffer is accepted.
+TEST(SixteenBitStorage, BoundaryBufferHoldsTwoBytesAValue) {
+  const std::vector<float> v = {1.0f, -2.5f, 0.1f, 3.0e4f, 1e-3f, 7.0f};  // 2 rows x 3
+  for (const Format f : {Format::bf16, Format::fp16}) {
+    BoundaryBuffer<float> b("gpipe::test::boundary", 4, 3);
+    EXPECT_EQ(b.bytes(), 4 * 3 * 4);
+    b.set_storage_format(f);
+    EXPECT_TRUE(b.stores_16_bit());
+    EXPECT_EQ(b.bytes(), 0);                  // the float buffer is gone
+    EXPECT_EQ(b.wire_buffer_bytes(), 4 * 3 * 2);  // capacity x cols x 2 bytes
+    EXPECT_EQ(b.wire_value_bytes(), 2);
+    EXPECT_EQ(b.cols(), 3);
+    std::vector<float> rounded(v.size());
+    for (size_t i = 0; i < v.size(); ++i) rounded[i] = round_to(f, v[i]);
+    b.store(test::to_device(rounded, 2, 3));
+    Vector<float> work("work", 12);
+    const Matrix<float> back = b.load(2, work.data());
+    EXPECT_EQ(back.extent(0), 2u);
+    EXPECT_EQ(back.data(), work.data());
+    EXPECT_EQ(test::to_host(back), rounded) << name(f);
+  }
+  BoundaryBuffer<float> b("gpipe::test::boundary", 2, 2);
+  EXPECT_THROW(b.set_storage_format(Format::fp32), std::invalid_argument);
+  EXPECT_THROW(b.store(ConstMatrix<float>()), std::logic_error);  // no 16-bit storage
+  BoundaryBuffer<double> d("gpipe::test::boundary", 2, 2);
+  EXPECT_THROW(d.set_storage_format(Format::bf16), std::invalid_argument);
+}
+
+// The README's quickstart, CNN and ViT decks on K = 1..4 cells under
+// fill_drain, 1f1b and zero_bubble: with bf16 (16-bit storage) every kept
+// value's slot bytes (the stage input and output, the kept layer outputs,
+// zero_bubble's kept output gradients) are exactly half of float's, and
+// the rest (saved state, logits, fill_drain's whole-batch stacks) is
+// unchanged; plan_run reports the planned bytes of those slots. Known
+// numbers: the quickstart on one cell (16-row micro-batches, 8 slots).
+TEST(SixteenBitStorage, KeptValueBytesOfTheReadmeDecksAreHalfOfFloat) {
+  for (const char* file : {"fashion_mnist_mlp", "fashion_mnist_cnn", "fashion_mnist_vit"})
+    for (const char* schedule : {"fill_drain", "1f1b", "zero_bubble"})
+      for (int K = 1; K <= 4; ++K) {
+        SCOPED_TRACE(std::string(file) + " " + schedule + " K=" + std::to_string(K));
+        const std::string path = std::string(GPIPE_SOURCE_DIR "/inputs/") + file + ".yaml";
+        const std::string sched = std::string("pipeline.schedule=") + schedule;
+        const Deck f = load_deck(path, {sched}), b = load_deck(path, {sched, "precision=bf16"});
+        const RunPlan pf = plan_run(f, K), pb = plan_run(b, K);
+        ASSERT_EQ(pf.partition.counts, pb.partition.counts);
+        const Schedule s = deck_schedule(f, K);
+        CellOptions of;
+        of.max_batch = largest_shard(f, 1);
+        of.micro_batches = f.training.micro_batches;
+        of.remat = f.pipeline.remat;
+        of.schedule = f.pipeline.schedule;
+        CellOptions ob = of;
+        ob.wire = Format::bf16;
+        const auto shapes = model_shapes(f.model);
+        std::int64_t kept_output_grads = 0;
+        for (int k = 0; k < K; ++k) {
+          const StageSlotBytes sf = stage_slot_bytes(shapes, pf.partition, k, s, of, 4);
+          const StageSlotBytes sb = stage_slot_bytes(shapes, pb.partition, k, s, ob, 4);
+          EXPECT_GT(sf.values.micro_batch, 0);
+          EXPECT_EQ(2 * sb.values.micro_batch, sf.values.micro_batch);
+          EXPECT_EQ(2 * sb.values.activations, sf.values.activations);
+          EXPECT_EQ(2 * sb.values.weight_grad, sf.values.weight_grad);
+          EXPECT_EQ(sb.values.fixed + sb.values.batch_weights + sb.values.input_grad, 0);
+          EXPECT_EQ(sb.scalar.micro_batch, sf.scalar.micro_batch);
+          EXPECT_EQ(sb.scalar.activations, sf.scalar.activations);
+          EXPECT_EQ(sb.scalar.fixed, sf.scalar.fixed);
+          EXPECT_EQ(sb.scalar.batch_weights, sf.scalar.batch_weights);
+          const CellBufferPlan plan = plan_buffers(s, k);
+          kept_output_grads += plan.weight_grad.slots * sf.values.weight_grad;
+          EXPECT_EQ(pf.activation_bytes[size_t(k)], planned_bytes(plan, sf.total()));
+          EXPECT_EQ(pb.activation_bytes[size_t(k)], planned_bytes(plan, sb.total()));
+          // What halves: every slot's kept values, times the plan's slot counts.
+          EXPECT_EQ(pf.activation_bytes[size_t(k)] - pb.activation_bytes[size_t(k)],
+                    plan.micro_batch.slots * sb.values.micro_batch + plan.activations.slots * sb.values.activations +
+                        plan.weight_grad.slots * sb.values.weight_grad);
+        }
+        // Kept for W: zero_bubble's splitting layers (Dense, conv2d) before a stage's last
+        // (the ViT's one Dense layer is the model's last: nothing kept).
+        if (std::string(schedule) != "zero_bubble" || std::string(file) == "fashion_mnist_vit")
+          EXPECT_EQ(kept_output_grads, 0);
+        else
+          EXPECT_GT(kept_output_grads, 0);
+        // pipeline.activation_storage: float keeps float's bytes.
+        const Deck bf = load_deck(path, {sched, "precision=bf16", "pipeline.activation_storage=float"});
+        EXPECT_EQ(plan_run(bf, K).activation_bytes, pf.activation_bytes);
+      }
+  // The quickstart, K = 1, fill_drain: 16 rows x (input 784 + outputs
+  // 512 + 512 + 512 + 256 + 256 + 256) in 8 slots, halved; the logits
+  // (16 x 10) and the whole-batch W's stacks (128 x (512 + 256 + 10 + 512))
+  // in float either way.
+  const std::string quickstart = GPIPE_SOURCE_DIR "/inputs/fashion_mnist_mlp.yaml";
+  EXPECT_EQ(plan_run(load_deck(quickstart), 1).activation_bytes.at(0),
+            8 * 16 * (784 + 2304) * 4 + 16 * 10 * 4 + 128 * 1290 * 4);
+  EXPECT_EQ(plan_run(load_deck(quickstart, {"precision=bf16"}), 1).activation_bytes.at(0),
+            8 * 16 * (784 + 2304) * 2 + 16 * 10 * 4 + 128 * 1290 * 4);
+  EXPECT_EQ(plan_run(load_deck(quickstart, {"precision=fp16", "pipeline.schedule=1f1b"}), 1).activation_bytes.at(0),
+            16 * (784 + 2304) * 2 + 16 * 10 * 4);
 }
 
 TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {

@@ -60,6 +60,11 @@ struct PipelineSpec {
   /// pipeline.memory_budget: device bytes per rank a layout may need (0 =
   /// no limit); written as a byte size ("512MiB", "2GiB"; train/memory.hpp).
   std::int64_t memory_budget = 0;
+  /// pipeline.activation_storage: auto (true: bf16 / fp16 runs keep their
+  /// activations in 16-bit slots, CellOptions::activation_storage16) or
+  /// float (false: float buffers of the same 16-bit values; bitwise the
+  /// same results, twice the bytes).
+  bool activation_storage16 = true;
 };
 
 /// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").

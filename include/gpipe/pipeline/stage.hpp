@@ -43,7 +43,20 @@ struct CellOptions {
   /// 16-bit values (BoundaryBuffer::set_wire_format), losslessly, so results
   /// are bitwise the same whatever the partition.
   Format wire = Format::fp32;
+  /// With a 16-bit wire (bf16 / fp16) and float cells: the per-micro-batch
+  /// buffers a stage keeps between Forward(m) and Backward(m) hold 16-bit
+  /// values in 16-bit slots (stores_16_bit; docs/design.md "Mixed
+  /// precision", "16-bit activation storage"). False: float buffers of the
+  /// same (16-bit-rounded) values, the layout before 16-bit storage (deck
+  /// pipeline.activation_storage: float; results are bitwise the same).
+  bool activation_storage16 = true;
 };
+
+/// Whether a stage of `options` whose master scalar has `scalar_bytes`
+/// bytes stores its kept activations, boundary buffers and kept output
+/// gradients as 16-bit values: a 16-bit wire, float (4-byte) cells and
+/// options.activation_storage16.
+bool stores_16_bit(const CellOptions& options, std::int64_t scalar_bytes);
 
 /// The training schedule `options` ask for on `cells` ranks:
 /// options.custom_schedule when set, else make_schedule(schedule, cells, M,
@@ -134,6 +147,9 @@ class Stage {
   const CellBufferPlan& train_plan() const { return train_plan_; }
   /// Bytes of activation storage this stage allocates (planned_bytes of its plan).
   std::int64_t activation_bytes() const { return activation_bytes_; }
+  /// Bytes of one boundary value on the wire (2 with a bf16 / fp16 wire,
+  /// else sizeof(T)): the Tracer's Send and Receive bytes count these.
+  std::int64_t wire_value_bytes() const;
 
   /// Starts a run of a schedule whose plan for this stage is `plan` (it
   /// must outlive the run).
@@ -159,8 +175,19 @@ class Stage {
   void abandon() noexcept;
 
   ConstMatrix<T> layer_input(int m, int layer) const;
+  /// Where layer `layer`'s forward output of micro-batch m is (the logits,
+  /// the send buffer or the kept activation); with 16-bit storage, for a
+  /// layer before the stage's last or a Send sink, the float working buffer
+  /// Forward(m) writes it into before packing it (valid during Forward(m)).
   Matrix<T> layer_output(int m, int layer) const;
   SavedView<T> layer_saved(int m, int layer) const;
+  /// dL/dy of local layer l of micro-batch m kept by its BackwardInput for
+  /// its BackwardWeights op (l + 1 < layer_count(), a splitting layer); with
+  /// 16-bit storage unpacked into the backward's first temporary.
+  ConstMatrix<T> kept_output_grad(int m, int l) const;
+  /// The received dL/doutput of micro-batch m (sink Send, after its wait);
+  /// with 16-bit storage unpacked into `work` (rows x out_features() values).
+  ConstMatrix<T> received_output_grad(int m, T* work) const;
   // Emulated link: records the received message's wire event and holds until its arrival.
   void deliver(const BoundaryBuffer<T>& received, int m);
 
@@ -201,13 +228,32 @@ class Stage {
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
   std::unique_ptr<Loss<T>> loss_;               // sink Loss
   std::vector<int> activation_slot_;            // [m] activations slot m's layers use now
+  // 16-bit activation storage (stores_16_bit): kept_ and weight_grads_ are
+  // empty and these 16-bit slots hold the same values; the boundary buffers
+  // keep only their 16-bit buffers (BoundaryBuffer::set_storage_format). A
+  // layer input is unpacked into input_work_ when a backward reads it; the
+  // forward writes each output into grad_ping_/grad_pong_ and packs it.
+  bool storage16_ = false;
+  std::vector<std::vector<Kokkos::View<std::uint16_t*, MemSpace>>> kept16_;          // [activations slot][l]
+  std::vector<std::vector<Kokkos::View<std::uint16_t*, MemSpace>>> weight_grads16_;  // [weight_grad slot][l]
+  Vector<T> input_work_;  // (capacity x the widest layer input): a 16-bit input unpacked
+  Matrix<T> forward_output(int m, int layer) const;  // 16-bit storage: where Forward(m) writes layer's output
+  void store_output(int m, int layer, const Matrix<T>& y);  // 16-bit storage: packs it into its slot
 };
 
 /// Bytes of activation storage stage `stage` of `partition` (over
 /// schedule.stages stages) allocates for its buffer plan in `schedule`
 /// (micro-batches of ceil(max_batch / M) rows of `scalar_bytes`-byte
 /// values; `shapes` from model_shapes): exactly what Stage::activation_bytes()
-/// reports, from the shape pass alone (no Kokkos, no MPI).
+/// reports, from the shape pass alone (no Kokkos, no MPI). With 16-bit
+/// storage (stores_16_bit) the kept layer outputs, the stage's input and
+/// output and the kept output gradients count 2 bytes a value (exactly
+/// half of float's); the saved state, the last stage's logits and the
+/// whole-batch W's stacks stay `scalar_bytes`. Working buffers of one
+/// micro-batch per stage (the backward's ping-pong pair; with 16-bit
+/// storage the float buffer a 16-bit layer input is unpacked into,
+/// capacity x the widest layer input) are not counted here (cell_memory
+/// counts them, train/memory.hpp).
 std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const Partition& partition,
                                     int stage, const Schedule& schedule, const CellOptions& options,
                                     std::int64_t scalar_bytes);
@@ -220,6 +266,23 @@ std::int64_t stage_activation_bytes(const std::vector<LayerShape>& shapes, const
 /// + the widest of their outputs) x scalar_bytes.
 std::int64_t weight_group_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
                                 std::int64_t rows, std::int64_t scalar_bytes);
+/// The slot sizes stage_activation_bytes multiplies by the plan's slot
+/// counts (planned_bytes of total()), split by element size.
+struct StageSlotBytes {
+  /// The kept values: the stage's input and output (micro_batch), the kept
+  /// layer outputs (activations) and the kept output gradients
+  /// (weight_grad); 2 bytes a value with 16-bit storage, else scalar_bytes.
+  SlotBytes values;
+  /// scalar_bytes a value in every precision: the saved state (micro_batch:
+  /// the last layer's; activations: layers 0..L-2), the logits (fixed) and
+  /// the whole-batch W's stacks (batch_weights) and a grouped W's stacks
+  /// (weight_group).
+  SlotBytes scalar;
+  SlotBytes total() const;  ///< values + scalar, field by field
+};
+/// The slot sizes of stage `stage` (as stage_activation_bytes).
+StageSlotBytes stage_slot_bytes(const std::vector<LayerShape>& shapes, const Partition& partition, int stage,
+                                const Schedule& schedule, const CellOptions& options, std::int64_t scalar_bytes);
 
 /// The bytes the whole-batch W adds to stage_activation_bytes when the
 /// stage runs a BatchWeights op: max_batch x (the output widths of the

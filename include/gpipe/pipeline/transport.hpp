@@ -80,8 +80,10 @@ class BoundaryBuffer {
   /// `space`: the execution-space instance whose kernels write and read the
   /// buffer; post_send() fences it (not Kokkos::fence()) and staging copies
   /// run on it.
+  /// `storage` bf16 / fp16: constructed with 16-bit storage
+  /// (set_storage_format(storage)), no float buffer ever allocated.
   BoundaryBuffer(const std::string& label, std::int64_t capacity_rows, std::int64_t cols,
-                 const ExecSpace& space = ExecSpace());
+                 const ExecSpace& space = ExecSpace(), Format storage = Format::fp32);
   ~BoundaryBuffer() { cancel(); }
   BoundaryBuffer(const BoundaryBuffer&) = delete;
   BoundaryBuffer& operator=(const BoundaryBuffer&) = delete;
@@ -91,6 +93,7 @@ class BoundaryBuffer {
   /// The first `rows` rows of the device buffer.
   Matrix<T> rows(std::int64_t rows) const;
   std::int64_t cols() const { return std::int64_t(device_.extent(1)); }
+  /// Bytes of the float (T) buffer: 0 with 16-bit storage (set_storage_format).
   std::int64_t bytes() const { return std::int64_t(device_.span() * sizeof(T)); }
   /// Sends and receives as `format` (the precision policy's wire,
   /// gpipe/pipeline/wire_format.hpp): bf16 / fp16 allocate a 16-bit buffer
@@ -100,6 +103,24 @@ class BoundaryBuffer {
   /// passed). Call before the first post. Throws std::invalid_argument for
   /// a 16-bit format on a double buffer.
   void set_wire_format(Format format);
+  /// As set_wire_format(format) for bf16 / fp16, and the 16-bit buffer is
+  /// the only storage (a Stage's 16-bit activation storage, docs/design.md
+  /// "Mixed precision"): the float buffer is released (rows() is then
+  /// empty), the caller writes the rows with store() before post_send and
+  /// reads them with load() after wait(); post_send and wait convert
+  /// nothing. Call before the first post. Throws std::invalid_argument for a
+  /// format that is not 16-bit or a double buffer.
+  void set_storage_format(Format format);
+  /// True after set_storage_format.
+  bool stores_16_bit() const { return storage16_; }
+  /// 16-bit storage: packs values (rows x cols(), rows <= capacity) into the
+  /// 16-bit buffer, on the buffer's execution space (round to nearest even:
+  /// exact for values that are already 16-bit values).
+  void store(ConstMatrix<T> values);
+  /// 16-bit storage: the first `rows` rows unpacked into `work` (at least
+  /// rows x cols() values, MemSpace), returned as a (rows, cols()) matrix
+  /// on `work`; on the buffer's execution space, not fenced.
+  Matrix<T> load(std::int64_t rows, T* work) const;
   Format wire_format() const { return packed_.format; }
   /// Bytes of the 16-bit wire buffer (0 unless bf16 / fp16).
   std::int64_t wire_buffer_bytes() const { return std::int64_t(packed_.device.span() * 2); }
@@ -153,6 +174,9 @@ class BoundaryBuffer {
     Kokkos::View<std::uint16_t*, compat::HostPinnedSpace> host;  // staging, as host_
   } packed_;
   ExecSpace space_{};
+  std::int64_t capacity_ = 0;  // rows
+  std::string label_;
+  bool storage16_ = false;     // set_storage_format: the 16-bit buffer is the only storage
   MPI_Request request_ = MPI_REQUEST_NULL;
   MPI_Request stamp_request_ = MPI_REQUEST_NULL;
   std::unique_ptr<std::int64_t[]> stamp_;  // {sent_ns, arrival_ns}: on the heap, so a move keeps a posted address

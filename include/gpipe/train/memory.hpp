@@ -25,10 +25,15 @@ struct CellMemory {
   std::int64_t layer_state = 0;  ///< non-trainable layer state (running statistics)
   std::int64_t optimizer = 0;    ///< SGD velocity (P; allocated at any momentum), Adam/AdamW m and v (2P)
   /// The buffer plan's activation storage (cell_activation_bytes: kept
-  /// outputs, saved state, boundary inputs/outputs, logits, whole-batch W).
+  /// outputs, saved state, boundary inputs/outputs, logits, whole-batch W),
+  /// with each boundary buffer's 16-bit wire buffer under bf16 / fp16 (the
+  /// only buffer with 16-bit storage, where the kept outputs and W's kept
+  /// output gradients are 2 bytes a value too: pipeline/stage.hpp).
   std::int64_t activations = 0;
   /// Gradient buffers the plan allocates besides (dL/dy receive slots,
-  /// logit gradients, dL/dx send slots, the backward's two ping-pong rows).
+  /// logit gradients, dL/dx send slots: 16-bit with 16-bit storage; the
+  /// backward's two ping-pong rows; with 16-bit storage the float working
+  /// buffer a 16-bit layer input is unpacked into: float).
   std::int64_t gradient_buffers = 0;
   std::int64_t workspaces = 0;   ///< layers' reserve() workspaces and the loss's row buffers
   /// Pipeline's mini-batch inputs (first cell) and targets (last), and the
@@ -41,6 +46,17 @@ struct CellMemory {
   /// Held only during a step's tail: gradient clipping's per-layer bounds
   /// and sums (8 (2 L_k + 1) bytes), counted in the peak.
   std::int64_t transient = 0;
+  /// bf16 runs whose GEMM is oneDNN's bf16 primitive: the bf16 copy of the
+  /// cell's parameters (P x 2 bytes; kernels::WeightCopy), else 0.
+  std::int64_t weight_copy = 0;
+  /// bf16 / fp16: the kernel seam's grow-only operand scratch (the
+  /// converted GEMM operands: 2 bytes a value with oneDNN's bf16 GEMM, else
+  /// rounded fp32 copies), estimated from the shapes as the largest
+  /// activation operand of the rank's layers (x and dy of a layer with
+  /// weights, whole-batch under a BatchWeights op; a transformer block's
+  /// widest token rows) in each of its two slots; process-wide, so not exact
+  /// (scripts/check_memory_model.py checks it within 5%).
+  std::int64_t seam_scratch = 0;
   /// Peak device bytes of a training step: the sum of every term.
   std::int64_t total() const;
 };
