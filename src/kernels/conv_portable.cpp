@@ -198,8 +198,16 @@ std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape) {
   return std::make_unique<Conv2dPortable<T>>(shape);
 }
 
-#define GPIPE_INSTANTIATE(T) \
-  template std::unique_ptr<Conv2d<T>::Impl> make_conv2d<T>(const ConvShape&);
+template <class T>
+void conv2d_bias_gradient(const ExecSpace& space, ConstMatrix<T> dy, typename Conv2d<T>::Bias db, std::int64_t P,
+                          bool accumulate) {
+  bias_gradient<T>(space, dy, db, P, accumulate);
+}
+
+#define GPIPE_INSTANTIATE(T)                                                                       \
+  template std::unique_ptr<Conv2d<T>::Impl> make_conv2d<T>(const ConvShape&);                      \
+  template void conv2d_bias_gradient<T>(const ExecSpace&, ConstMatrix<T>, typename Conv2d<T>::Bias, \
+                                        std::int64_t, bool);
 GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
 #undef GPIPE_INSTANTIATE
 
