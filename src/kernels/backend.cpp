@@ -24,7 +24,7 @@ std::atomic<int> chosen{int(Choice::automatic)};
 std::atomic<int> compute{int(Format::fp32)};
 
 // oneDNN runs on host memory only.
-constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+[[maybe_unused]] constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 // The implementation `auto` picks, by measurement (perf/bench_seam.cpp;
 // perf/README.md, "Kernel seam"; Intel Xeon with AVX-512 and AMX, one
