@@ -90,7 +90,8 @@ void bias_gradient(const ExecSpace& space, const ConstMatrix<T>& dy, const DB& d
         const std::int64_t f = team.league_rank();
         const SumLanes<T> lanes(team.team_scratch(0), kSumLanes);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumLanes), [&](const int l) {
-          const std::int64_t lo = std::min(count, l * chunk), hi = std::min(count, lo + chunk);
+          // (no std::min in a kernel: host-only under nvcc, warning #20013-D)
+          const std::int64_t lo = l * chunk < count ? l * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
           T s = T(0);
           std::int64_t i = lo / P, p = lo % P;
           for (std::int64_t j = lo; j < hi; ++j) {
