@@ -81,3 +81,38 @@ if(GPIPE_ENABLE_CUBLAS)
   message(STATUS "gpipe: cuBLAS ${CUDAToolkit_VERSION} (${CUDAToolkit_LIBRARY_DIR}): the kernel seam's cublas "
                  "implementation is built")
 endif()
+
+# cuDNN 9 (CUDA builds): the kernel seam's convolution (src/kernels/*_cudnn.cpp).
+# On by default when the Kokkos install has the CUDA backend and cudnn.h and
+# libcudnn are found (in the CUDA toolkit's tree, or under CUDNN_ROOT /
+# $CUDNN_ROOT / $CUDNN_PATH); never on another backend (device memory only).
+set(_gpipe_cudnn_found OFF)
+if(Kokkos_ENABLE_CUDA OR "CUDA" IN_LIST Kokkos_DEVICES)
+  find_package(CUDAToolkit QUIET)
+  set(_gpipe_cudnn_hints ${CUDNN_ROOT} $ENV{CUDNN_ROOT} $ENV{CUDNN_PATH})
+  if(CUDAToolkit_FOUND)
+    list(APPEND _gpipe_cudnn_hints ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+  endif()
+  find_path(GPIPE_CUDNN_INCLUDE_DIR cudnn.h HINTS ${_gpipe_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(GPIPE_CUDNN_LIBRARY cudnn HINTS ${_gpipe_cudnn_hints} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib64 lib)
+  if(CUDAToolkit_FOUND AND GPIPE_CUDNN_INCLUDE_DIR AND GPIPE_CUDNN_LIBRARY)
+    file(STRINGS "${GPIPE_CUDNN_INCLUDE_DIR}/cudnn_version.h" _gpipe_cudnn_major REGEX "^#define CUDNN_MAJOR ")
+    string(REGEX REPLACE "^#define CUDNN_MAJOR ([0-9]+).*" "\\1" _gpipe_cudnn_major "${_gpipe_cudnn_major}")
+    if(_gpipe_cudnn_major GREATER_EQUAL 9)
+      set(_gpipe_cudnn_found ON)
+    endif()
+  endif()
+endif()
+option(GPIPE_ENABLE_CUDNN "Build the cuDNN implementation of the kernel seam's convolution (Kokkos CUDA backend)"
+       ${_gpipe_cudnn_found})
+if(GPIPE_ENABLE_CUDNN)
+  if(NOT _gpipe_cudnn_found)
+    message(FATAL_ERROR "gpipe: GPIPE_ENABLE_CUDNN=ON needs a Kokkos built with Kokkos_ENABLE_CUDA=ON, "
+                        "CUDAToolkit and cuDNN 9 or newer (cudnn.h, libcudnn; set CUDNN_ROOT); or configure "
+                        "with -DGPIPE_ENABLE_CUDNN=OFF")
+  endif()
+  message(STATUS "gpipe: cuDNN ${_gpipe_cudnn_major} (${GPIPE_CUDNN_LIBRARY}): the kernel seam's cudnn "
+                 "implementation (conv2d) is built")
+endif()

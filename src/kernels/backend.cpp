@@ -12,6 +12,7 @@
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/views.hpp"
+#include "conv_common.hpp"
 #include "implementations.hpp"
 #include "reduced.hpp"
 
@@ -23,7 +24,7 @@ std::atomic<int> chosen{int(Choice::automatic)};
 std::atomic<int> compute{int(Format::fp32)};
 
 // oneDNN runs on host memory only.
-constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+[[maybe_unused]] constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 // The implementation `auto` picks, by measurement (perf/bench_seam.cpp;
 // perf/README.md, "Kernel seam"; Intel Xeon with AVX-512 and AMX, one
@@ -46,8 +47,11 @@ constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 //     Kernels' own cuBLAS TPL runs the same library for the portable dense
 //     GEMMs, without the bias epilogue and with a heuristic algorithm per
 //     shape).
+//   conv2d in CUDA builds with cuDNN: cuDNN (not measured either; the
+//     portable im2col + per-sample GEMMs is the alternative).
 Implementation automatic(Primitive p, int scalar_bytes) {
   if (has(Implementation::cublas, p, scalar_bytes)) return Implementation::cublas;
+  if (has(Implementation::cudnn, p, scalar_bytes)) return Implementation::cudnn;
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
 }
 
@@ -67,6 +71,7 @@ const char* name(Implementation implementation) {
     case Implementation::portable: return "portable";
     case Implementation::onednn: return "onednn";
     case Implementation::cublas: return "cublas";
+    case Implementation::cudnn: return "cudnn";
   }
   return "?";
 }
@@ -88,6 +93,7 @@ const char* name(Choice choice) {
     case Choice::portable: return "portable";
     case Choice::onednn: return "onednn";
     case Choice::cublas: return "cublas";
+    case Choice::cudnn: return "cudnn";
   }
   return "?";
 }
@@ -100,6 +106,9 @@ std::vector<Implementation> available() {
 #ifdef GPIPE_ENABLE_CUBLAS
   out.push_back(Implementation::cublas);
 #endif
+#ifdef GPIPE_ENABLE_CUDNN
+  out.push_back(Implementation::cudnn);
+#endif
   return out;
 }
 
@@ -109,6 +118,10 @@ bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
   if (implementation == Implementation::cublas)
     return (scalar_bytes == 4 || scalar_bytes == 8) &&
            (primitive == Primitive::gemm || primitive == Primitive::gemm_bias || primitive == Primitive::batched_gemm);
+#endif
+#ifdef GPIPE_ENABLE_CUDNN
+  if (implementation == Implementation::cudnn)
+    return (scalar_bytes == 4 || scalar_bytes == 8) && primitive == Primitive::conv2d;
 #endif
 #ifdef GPIPE_ENABLE_ONEDNN
   (void)primitive;  // every primitive has a oneDNN implementation at float and bf16
@@ -120,6 +133,25 @@ bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
 #endif
   return false;
 }
+
+namespace {
+
+// The words parse_choice accepts in this build: "auto, portable or onednn",
+// plus cublas / cudnn where built.
+std::string accepted_choices() {
+  std::vector<std::string> words{"auto", "portable", "onednn"};
+#ifdef GPIPE_ENABLE_CUBLAS
+  words.push_back("cublas");
+#endif
+#ifdef GPIPE_ENABLE_CUDNN
+  words.push_back("cudnn");
+#endif
+  std::string out = words[0];
+  for (std::size_t i = 1; i < words.size(); ++i) out += (i + 1 == words.size() ? " or " : ", ") + words[i];
+  return out;
+}
+
+}  // namespace
 
 Choice parse_choice(const std::string& text, const std::string& field) {
   if (text == "auto") return Choice::automatic;
@@ -140,16 +172,20 @@ Choice parse_choice(const std::string& text, const std::string& field) {
     return Choice::cublas;
 #else
     throw InputError(fmt::format("{}: this build has no cuBLAS (a CUDA build of Kokkos with "
-                                 "GPIPE_ENABLE_CUBLAS=ON); expected auto, portable or onednn",
-                                 field));
+                                 "GPIPE_ENABLE_CUBLAS=ON); expected {}",
+                                 field, accepted_choices()));
 #endif
   }
-#ifdef GPIPE_ENABLE_CUBLAS
-  throw InputError(
-      fmt::format("{}: unknown kernels '{}' (expected auto, portable, onednn or cublas)", field, text));
+  if (text == "cudnn") {
+#ifdef GPIPE_ENABLE_CUDNN
+    return Choice::cudnn;
 #else
-  throw InputError(fmt::format("{}: unknown kernels '{}' (expected auto, portable or onednn)", field, text));
+    throw InputError(fmt::format("{}: this build has no cuDNN (a CUDA build of Kokkos with "
+                                 "GPIPE_ENABLE_CUDNN=ON and cuDNN 9); expected {}",
+                                 field, accepted_choices()));
 #endif
+  }
+  throw InputError(fmt::format("{}: unknown kernels '{}' (expected {})", field, text, accepted_choices()));
 }
 
 void select(Choice choice) { chosen.store(int(choice)); }
@@ -172,6 +208,9 @@ Implementation implementation(Primitive primitive, int scalar_bytes) {
     case Choice::cublas:
       return has(Implementation::cublas, primitive, scalar_bytes) ? Implementation::cublas
                                                                    : Implementation::portable;
+    case Choice::cudnn:
+      return has(Implementation::cudnn, primitive, scalar_bytes) ? Implementation::cudnn
+                                                                  : Implementation::portable;
     case Choice::automatic: break;
   }
   return automatic(primitive, scalar_bytes);
@@ -204,6 +243,11 @@ std::string build_summary() {
   out += fmt::format(", cublas ({}: gemm, gemm_bias, batched_gemm)", cublas::version());
 #elif defined(KOKKOS_ENABLE_CUDA)
   out += "; cuBLAS not built (GPIPE_ENABLE_CUBLAS=OFF)";
+#endif
+#ifdef GPIPE_ENABLE_CUDNN
+  out += fmt::format(", cudnn ({}: conv2d)", cudnn::version());
+#elif defined(KOKKOS_ENABLE_CUDA)
+  out += "; cuDNN not built (GPIPE_ENABLE_CUDNN=OFF)";
 #endif
   return out;
 }

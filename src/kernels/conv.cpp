@@ -68,7 +68,11 @@ Conv2d<T>::Conv2d(const ConvShape& shape, Implementation implementation)
     impl_ = portable::make_conv2d<T>(shape);
   } else {
 #ifdef GPIPE_ENABLE_ONEDNN
-    if constexpr (std::is_same_v<T, float>) impl_ = onednn::make_conv2d(shape);
+    if constexpr (std::is_same_v<T, float>)
+      if (implementation == Implementation::onednn) impl_ = onednn::make_conv2d(shape);
+#endif
+#ifdef GPIPE_ENABLE_CUDNN
+    if (implementation == Implementation::cudnn) impl_ = cudnn::make_conv2d<T>(shape);
 #endif
   }
   require(bool(impl_), "Conv2d", fmt::format("no {} conv2d implementation", name(implementation)));

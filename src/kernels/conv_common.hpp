@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "gpipe/kernels/conv.hpp"
 
@@ -32,11 +33,30 @@ void count_conv2d_primitives(std::int64_t count);
 namespace portable {
 template <class T>
 std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape);
+/// db(f) (+)= the sum over samples i and pixels p of dy(i, f*P + p), one
+/// team per filter in a fixed order (the same bits at every thread count,
+/// team size and backend; conv_portable.cpp). Written when !accumulate.
+template <class T>
+void conv2d_bias_gradient(const ExecSpace& space, ConstMatrix<T> dy, typename Conv2d<T>::Bias db, std::int64_t P,
+                          bool accumulate);
 }  // namespace portable
 
 // Only in builds with GPIPE_ENABLE_ONEDNN (src/kernels/conv_onednn.cpp).
 namespace onednn {
 std::unique_ptr<Conv2d<float>::Impl> make_conv2d(const ConvShape& shape);
 }  // namespace onednn
+
+// Only in builds with GPIPE_ENABLE_CUDNN (src/kernels/conv_cudnn.cpp), at
+// float and double.
+namespace cudnn {
+template <class T>
+std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape);
+/// "cuDNN 9.19.0" (the library loaded at run time).
+std::string version();
+/// Convolutions (shape, n) whose forward could not use the preferred
+/// algorithm (conv_cudnn.cpp); their outputs may differ in the last bits
+/// from another micro-batch size's.
+std::int64_t cudnn_fallbacks();
+}  // namespace cudnn
 
 }  // namespace gpipe::kernels

@@ -90,7 +90,8 @@ void bias_gradient(const ExecSpace& space, const ConstMatrix<T>& dy, const DB& d
         const std::int64_t f = team.league_rank();
         const SumLanes<T> lanes(team.team_scratch(0), kSumLanes);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kSumLanes), [&](const int l) {
-          const std::int64_t lo = std::min(count, l * chunk), hi = std::min(count, lo + chunk);
+          // (no std::min in a kernel: host-only under nvcc, warning #20013-D)
+          const std::int64_t lo = l * chunk < count ? l * chunk : count, hi = lo + chunk < count ? lo + chunk : count;
           T s = T(0);
           std::int64_t i = lo / P, p = lo % P;
           for (std::int64_t j = lo; j < hi; ++j) {
@@ -198,8 +199,16 @@ std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape) {
   return std::make_unique<Conv2dPortable<T>>(shape);
 }
 
-#define GPIPE_INSTANTIATE(T) \
-  template std::unique_ptr<Conv2d<T>::Impl> make_conv2d<T>(const ConvShape&);
+template <class T>
+void conv2d_bias_gradient(const ExecSpace& space, ConstMatrix<T> dy, typename Conv2d<T>::Bias db, std::int64_t P,
+                          bool accumulate) {
+  bias_gradient<T>(space, dy, db, P, accumulate);
+}
+
+#define GPIPE_INSTANTIATE(T)                                                                       \
+  template std::unique_ptr<Conv2d<T>::Impl> make_conv2d<T>(const ConvShape&);                      \
+  template void conv2d_bias_gradient<T>(const ExecSpace&, ConstMatrix<T>, typename Conv2d<T>::Bias, \
+                                        std::int64_t, bool);
 GPIPE_FOR_EACH_SCALAR(GPIPE_INSTANTIATE)
 #undef GPIPE_INSTANTIATE
 

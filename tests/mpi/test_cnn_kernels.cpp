@@ -1,6 +1,6 @@
 // The CNN invariants of test_cnn.cpp in float, once per conv2d
 // implementation behind the kernel seam (deck key kernels: portable, and
-// onednn where built): oneDNN has no f64 convolution, so test_cnn.cpp's
+// onednn / cudnn where built): oneDNN has no f64 convolution, so test_cnn.cpp's
 // double runs exercise the portable kernels only. At 1-4 ranks: bitwise
 // equal weights and evaluation loss after 3 steps at any K with the same M,
 // re-materialization invisible, and zero_bubble (split W/B convolutions)
@@ -49,6 +49,7 @@ std::vector<float> train(const std::string& text, MPI_Comm comm) {
 std::vector<std::string> choices() {
   std::vector<std::string> v{"portable"};
   if (kernels::has(kernels::Implementation::onednn, kernels::Primitive::conv2d, 4)) v.push_back("onednn");
+  if (kernels::has(kernels::Implementation::cudnn, kernels::Primitive::conv2d, 4)) v.push_back("cudnn");
   return v;
 }
 
@@ -71,20 +72,24 @@ TEST(CnnKernels, FloatBitwiseAcrossCellsRematAndSchedules) {
 // The two implementations train the same model within float rounding (SGD:
 // Adam's normalized step turns a rounding-level gradient difference near 0
 // into a difference of up to lr per step).
-TEST(CnnKernels, OneDnnTrainsLikePortable) {
-  if (choices().size() < 2) GTEST_SKIP() << "built without oneDNN";
+// Every vendor conv2d (onednn on x86, cudnn in CUDA builds; none: skipped).
+TEST(CnnKernels, VendorTrainsLikePortable) {
+  if (choices().size() < 2) GTEST_SKIP() << "built without oneDNN or cuDNN";
   const std::string sgd = "{type: sgd, lr: 0.05}";
   const auto portable = train(deck_text("portable", 2, "{}", sgd), MPI_COMM_WORLD);
-  const auto onednn = train(deck_text("onednn", 2, "{}", sgd), MPI_COMM_WORLD);
-  if (world_rank() != 0) return;
-  ASSERT_EQ(portable.size(), onednn.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < portable.size(); ++i)
-    worst = std::max(worst, double(std::abs(portable[i] - onednn[i])) / std::max(1.0, double(std::abs(portable[i]))));
-  // 3 SGD steps from the same start: float rounding differences (~1e-7
-  // relative per product) in the gradients stay far below 1e-4.
-  EXPECT_LE(worst, 1e-4);
-  EXPECT_GT(worst, 0.0) << "the two runs should differ in rounding (else oneDNN did not run)";
+  for (std::size_t c = 1; c < choices().size(); ++c) {
+    const std::string k = choices()[c];
+    const auto vendor = train(deck_text(k, 2, "{}", sgd), MPI_COMM_WORLD);
+    if (world_rank() != 0) continue;
+    ASSERT_EQ(portable.size(), vendor.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < portable.size(); ++i)
+      worst = std::max(worst, double(std::abs(portable[i] - vendor[i])) / std::max(1.0, double(std::abs(portable[i]))));
+    // 3 SGD steps from the same start: float rounding differences (~1e-7
+    // relative per product) in the gradients stay far below 1e-4.
+    EXPECT_LE(worst, 1e-4) << k;
+    EXPECT_GT(worst, 0.0) << "the two runs should differ in rounding (else " << k << " did not run)";
+  }
 }
 
 }  // namespace

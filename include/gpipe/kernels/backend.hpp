@@ -20,6 +20,11 @@
 //             bias epilogue), batched_gemm (cublasGemmStridedBatchedEx), at
 //             float and double; deterministic choices in
 //             src/kernels/gemm_cublas.cpp. Device memory only.
+//   cudnn     cuDNN 9 (CUDA builds; CMake option GPIPE_ENABLE_CUDNN, on
+//             where the Kokkos CUDA backend, CUDAToolkit and cuDNN >= 9 are
+//             found): conv2d (forward, backward-data, backward-weights;
+//             conv1d too) at float and double, deterministic algorithms
+//             only, no TF32 (src/kernels/conv_cudnn.cpp). Device memory only.
 // Choice (process-wide): the deck's top-level `kernels:` key, overridden by
 // the environment variable GPIPE_KERNELS (for tests and comparisons):
 //   auto      each primitive at each precision runs the implementation that
@@ -30,6 +35,7 @@
 //             precision runs it (the others portable). InputError in a
 //             build without oneDNN.
 //   cublas    likewise for cuBLAS; InputError in a build without it.
+//   cudnn     likewise for cuDNN (conv2d); InputError in a build without it.
 
 #include <string>
 #include <vector>
@@ -40,7 +46,7 @@
 namespace gpipe::kernels {
 
 /// One implementation of the seam's primitives.
-enum class Implementation { portable, onednn, cublas };
+enum class Implementation { portable, onednn, cublas, cudnn };
 
 /// The primitives behind the seam (see gemm.hpp, attention.hpp).
 enum class Primitive {
@@ -52,13 +58,13 @@ enum class Primitive {
 };
 
 /// The process-wide choice (deck key `kernels`, environment GPIPE_KERNELS).
-enum class Choice { automatic, portable, onednn, cublas };
+enum class Choice { automatic, portable, onednn, cublas, cudnn };
 
-/// "portable", "onednn", "cublas".
+/// "portable", "onednn", "cublas", "cudnn".
 const char* name(Implementation implementation);
 /// "gemm", "gemm_bias", "batched_gemm", "attention", "conv2d".
 const char* name(Primitive primitive);
-/// "auto", "portable", "onednn", "cublas".
+/// "auto", "portable", "onednn", "cublas", "cudnn".
 const char* name(Choice choice);
 
 /// The implementations compiled into this build, portable first.
@@ -70,9 +76,10 @@ std::vector<Implementation> available();
 /// attention (through its batched GEMMs) and conv2d there).
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes);
 
-/// Parses a choice ("auto", "portable", "onednn", "cublas"). Throws
-/// InputError naming `field` (e.g. "deck.yaml: kernels" or "GPIPE_KERNELS")
-/// for another word, and for "onednn" / "cublas" in a build without it.
+/// Parses a choice ("auto", "portable", "onednn", "cublas", "cudnn").
+/// Throws InputError naming `field` (e.g. "deck.yaml: kernels" or
+/// "GPIPE_KERNELS") for another word, and for "onednn" / "cublas" /
+/// "cudnn" in a build without it.
 Choice parse_choice(const std::string& text, const std::string& field);
 
 /// Sets the process-wide choice (not collective; every rank of a run sets
@@ -148,7 +155,8 @@ class WeightCopy {
 
 /// One line for --version: the implementations built, with versions, e.g.
 /// "kernels: portable (Kokkos Kernels 3.4.1), onednn (oneDNN 2.6.3)"; a
-/// CUDA build adds "cublas (cuBLAS 13.0.0)" or says it is not built.
+/// CUDA build adds "cublas (cuBLAS 13.0.0: ...)" and "cudnn (cuDNN 9.19.0:
+/// conv2d)", or says which is not built.
 std::string build_summary();
 
 /// The choice in force and each primitive's implementation at float and
