@@ -726,10 +726,17 @@ std::string unwritable_directory(const std::string& what, const std::string& dir
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    if (fs::exists(dir, ec)) return fmt::format("{} {}: exists and is not a directory", what, dir);
+    // Create first, then look: every rank runs this at once, so another
+    // rank may create the directory between any two of these calls (an
+    // "exists" test before creating would then see a directory appear and
+    // call it a non-directory).
     fs::create_directories(dir, ec);
-    if (ec && !fs::is_directory(dir))
-      return fmt::format("{} {}: cannot create the directory: {}", what, dir, ec.message());
+    std::error_code again;
+    if (!fs::is_directory(dir, again)) {
+      if (fs::exists(dir, again)) return fmt::format("{} {}: exists and is not a directory", what, dir);
+      return fmt::format("{} {}: cannot create the directory: {}", what, dir,
+                         ec ? ec.message() : std::string("it does not exist after creating it"));
+    }
   }
   return unwritable_file(what, dir + "/ckpt_probe.h5");
 }
