@@ -35,6 +35,8 @@ schedules=${SCHEDULES:-fill_drain 1f1b zero_bubble interleaved_1f1b zb_v dualpip
 chunks=${CHUNKS:-2}
 steps=${STEPS:-6}
 rows=${ROWS:-16}
+scale=${SCALE:-1}
+wait=${WAIT:-spin}
 train="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
 plan="${GPIPE_PLAN:-$root/build/apps/gpipe-plan}"
 for b in "$train" "$plan"; do
@@ -59,7 +61,7 @@ cd "$root"
 [ -f data/emulated_train.h5 ] || "$py" scripts/make_emulated_data.py data
 mkdir -p "$out"
 deck="$out/emulated_balanced_32.yaml"
-"$py" perf/schedules_emulated.py --deck > "$deck"
+"$py" perf/schedules_emulated.py --deck "$scale" > "$deck"
 { echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"; } >> "$out/study.txt"
 failed=0
@@ -71,7 +73,7 @@ for k in $cells; do
       [ "$s" != interleaved_1f1b ] || v=$chunks
       name="K${k}_M${m}_${s}"
       sets=(--set training.batch_size="$n" --set training.micro_batches="$m" --set pipeline.schedule="$s"
-            --set pipeline.chunks="$v" --set parallel.cells="$k")
+            --set pipeline.chunks="$v" --set parallel.cells="$k" --set pipeline.wait="$wait")
       [ -f "$out/$name.json" ] && [ -s "$out/$name.plan.json" ] && continue
       "$plan" "$deck" "${sets[@]}" --ranks "$k" --json > "$out/$name.plan.json" 2> "$out/$name.plan.log" ||
         { echo "$name: gpipe-plan FAILED (see $out/$name.plan.log)" >&2; failed=1; }

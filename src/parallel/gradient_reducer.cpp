@@ -8,6 +8,7 @@
 #include "gpipe/config.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/pipeline/transport.hpp"
+#include "gpipe/pipeline/wait.hpp"
 
 namespace gpipe {
 namespace {
@@ -98,7 +99,7 @@ void GradientReducer<T>::start(Bucket& b) {
 template <class T>
 void GradientReducer<T>::complete(Bucket& b) {
   if (b.request != MPI_REQUEST_NULL) {
-    MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+    wait_request(&b.request, MPI_STATUS_IGNORE);
     b.end = tracer_ ? tracer_->now() : 0;
   }
   if (tracer_) tracer_->record(EventKind::AllReduce, -1, b.start, b.end, b.count * std::int64_t(sizeof(T)));
@@ -119,7 +120,7 @@ void GradientReducer<T>::complete(Bucket& b) {
 
 template <class T>
 void GradientReducer<T>::deliver(Bucket& b) {
-  MPI_Wait(&b.posted_request, MPI_STATUS_IGNORE);
+  wait_request(&b.posted_request, MPI_STATUS_IGNORE);
   const std::int64_t bytes = b.count * std::int64_t(sizeof(T));
   const std::int64_t start = std::max(b.last_posted_ns, ring_free_ns_);
   ring_free_ns_ = start + (deterministic_ ? link_.ring_allgather_ns(bytes, replicas_)

@@ -2,7 +2,15 @@
 
 #include <fmt/format.h>
 
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <limits>
+#include <thread>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -11,9 +19,56 @@
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
+#include "gpipe/pipeline/wait.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
 
 namespace gpipe {
+
+namespace {
+std::atomic<WaitPolicy> g_wait_policy{WaitPolicy::Spin};
+
+// A sleep of a few us ends within ~10-20 us with a timer slack of 1 us (the
+// default 50 us batches wake-ups): once per thread, as the synthetic layer does.
+void tighten_timer_slack() {
+#ifdef __linux__
+  thread_local bool done = false;
+  if (!done) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+  done = true;
+#endif
+}
+}  // namespace
+
+void set_wait_policy(WaitPolicy policy) { g_wait_policy.store(policy); }
+WaitPolicy wait_policy() { return g_wait_policy.load(); }
+
+int wait_request(MPI_Request* request, MPI_Status* status) {
+  if (wait_policy() == WaitPolicy::Spin) return MPI_Wait(request, status);
+  int done = 0;
+  int rc = MPI_Test(request, &done, status);
+  if (rc != MPI_SUCCESS || done) return rc;
+  tighten_timer_slack();
+  // 2, 4, ..., kWaitSleepMaxUs us: a message that comes soon is seen soon,
+  // a long wait costs one MPI_Test per kWaitSleepMaxUs.
+  for (int us = 2;; us = std::min(2 * us, kWaitSleepMaxUs)) {
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+    rc = MPI_Test(request, &done, status);
+    if (rc != MPI_SUCCESS || done) return rc;
+  }
+}
+
+int exact_allreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  if (wait_policy() == WaitPolicy::Spin) return MPI_Allreduce(send, recv, count, type, op, comm);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Iallreduce(send, recv, count, type, op, comm, &request);
+  return rc != MPI_SUCCESS ? rc : wait_request(&request, MPI_STATUS_IGNORE);
+}
+
+int waited_bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  if (wait_policy() == WaitPolicy::Spin) return MPI_Bcast(buffer, count, type, root, comm);
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibcast(buffer, count, type, root, comm, &request);
+  return rc != MPI_SUCCESS ? rc : wait_request(&request, MPI_STATUS_IGNORE);
+}
 
 namespace {
 std::string mpi_error_text(int code) {
@@ -365,7 +420,7 @@ template <class T>
 void BoundaryBuffer<T>::wait() {
   if (stamp_request_ != MPI_REQUEST_NULL) {
     MPI_Status status;
-    const int rc = MPI_Wait(&stamp_request_, &status);
+    const int rc = wait_request(&stamp_request_, &status);
     if (rc != MPI_SUCCESS)
       throw PipelineError(fmt::format("rank {}: the link stamp of the {} {} rank {} failed: {}", rank_,
                                       receiving_ ? describe() : std::string("message"),
@@ -375,7 +430,7 @@ void BoundaryBuffer<T>::wait() {
   }
   if (request_ == MPI_REQUEST_NULL) return;
   MPI_Status status;
-  const int rc = MPI_Wait(&request_, &status);
+  const int rc = wait_request(&request_, &status);
   if (!receiving_) {
     if (rc != MPI_SUCCESS)
       throw PipelineError(fmt::format("rank {}: send to rank {} failed: {}", rank_, peer_,

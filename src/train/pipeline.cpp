@@ -17,6 +17,7 @@
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
+#include "gpipe/pipeline/wait.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
 #include "gpipe/train/plan.hpp"
 
@@ -51,6 +52,7 @@ template <class T>
 Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
   kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
+  set_wait_policy(deck.pipeline.wait_sleep ? WaitPolicy::Sleep : WaitPolicy::Spin);  // pipeline.wait
   (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
   precision_ = precision_policy(deck.precision, deck.path + ": precision");
   if (precision_.master_bytes() != int(sizeof(T)))  // with_scalar picks T from the policy
@@ -183,7 +185,7 @@ double Pipeline<T>::next_learning_rate() const {
 
 template <class T>
 double Pipeline<T>::from_last(double value) const {
-  MPI_Bcast(&value, 1, MPI_DOUBLE, shape_.rank_of(0, cell_->last_rank()), comm_.get());
+  waited_bcast(&value, 1, MPI_DOUBLE, shape_.rank_of(0, cell_->last_rank()), comm_.get());
   return value;
 }
 
@@ -274,7 +276,7 @@ void Pipeline<T>::check_usable() const {
 template <class T>
 void Pipeline<T>::agree_on_batch(const std::string& error, std::int64_t n, const char* what) const {
   std::int64_t v[3] = {error.empty() ? 0 : 1, n, -n};
-  MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MAX, comm_.get());
+  exact_allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MAX, comm_.get());
   if (v[0] != 0)
     throw InputError(!error.empty() ? error
                                     : fmt::format("{}: another rank rejected its arguments (its "
@@ -577,7 +579,7 @@ bool Pipeline<T>::check_finite(const LossSums& sums) {
   int flags[2] = {INT_MAX, last_step_finite_ ? 1 : 0};
   const int layer = first_nonfinite_layer(cell_->gradients());
   if (layer >= 0) flags[0] = layer;
-  MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, comm_.get());
+  exact_allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, comm_.get());
   last_step_finite_ = flags[0] == INT_MAX && flags[1] == 1;
   if (precision_.loss_scaling && flags[1] == 1) {  // fp16: a non-finite gradient of a finite loss is an overflow
     last_step_finite_ = true;                      // (agreed above: every rank skips the same step)

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "gpipe/pipeline/wait.hpp"
+
 namespace gpipe {
 namespace {
 
@@ -38,7 +40,7 @@ int stop_signal() { return int(first_signal); }
 
 int stop_agreed(MPI_Comm comm) {
   int local = stop_signal(), agreed = 0;
-  MPI_Allreduce(&local, &agreed, 1, MPI_INT, MPI_MAX, comm);
+  exact_allreduce(&local, &agreed, 1, MPI_INT, MPI_MAX, comm);  // pipeline.wait
   return agreed;
 }
 

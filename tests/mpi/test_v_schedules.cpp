@@ -7,7 +7,9 @@
 // and its first bad op, before any traffic. Grouped W (pipeline.w_group):
 // bitwise across K (zero_bubble and zb_v at K ranks against zero_bubble on
 // one rank with the same groups) and across a restart, within rounding of
-// the ungrouped weights, activation bytes exactly the plan's.
+// the ungrouped weights, activation bytes exactly the plan's. pipeline.wait:
+// sleep gives bitwise spin's weights and loss for every schedule (and a bad
+// value is an error naming the key).
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -27,6 +29,7 @@
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/schedule_file.hpp"
 #include "gpipe/pipeline/schedule_v.hpp"
+#include "gpipe/pipeline/wait.hpp"
 #include "gpipe/train/pipeline.hpp"
 
 namespace gpipe {
@@ -198,6 +201,70 @@ TEST(GroupedW, ErrorsNameTheKey) {
     EXPECT_EQ(std::string(e.what()),
               "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v, dualpipe_v or a schedule file with "
               "W ops); this one has none (fill_drain's whole-batch W is one GEMM already)");
+  }
+}
+
+// pipeline.wait: sleeping between MPI_Test calls (boundary messages, the
+// step's collectives) changes only how a rank waits: bitwise the weights and
+// loss of spin, for every schedule, grouped W too. The policy is
+// process-wide: the Pipeline constructor sets it from the deck.
+TEST(WaitPolicy, SleepIsBitwiseSpin) {
+  const int K = world_size(), M = 2 * K;
+  for (const std::string schedule :
+       {"fill_drain", "1f1b", "zero_bubble", "interleaved_1f1b, chunks: 2", "zb_v", "dualpipe_v, w_group: 2"}) {
+    if (schedule.rfind("interleaved", 0) == 0 && 2 * K > 9) continue;  // 2K stages of 9 layers
+    const Result spin = train(deck(M, "{schedule: " + schedule + ", wait: spin}"), MPI_COMM_WORLD);
+    EXPECT_EQ(wait_policy(), WaitPolicy::Spin) << schedule;
+    const Result sleep = train(deck(M, "{schedule: " + schedule + ", wait: sleep}"), MPI_COMM_WORLD);
+    EXPECT_EQ(wait_policy(), WaitPolicy::Sleep) << schedule;
+    if (world_rank() == 0) {  // the gathered weights
+      EXPECT_FALSE(spin.params.empty()) << schedule;
+      EXPECT_EQ(sleep.params, spin.params) << schedule;
+      EXPECT_EQ(sleep.eval_loss, spin.eval_loss) << schedule;
+    }
+  }
+  set_wait_policy(WaitPolicy::Spin);  // the default, for the tests that follow
+}
+
+// The waits themselves: a receive posted before its send completes under
+// Sleep (MPI_Test, sleep, test again) with the sent values; an integer
+// exact_allreduce and a waited_bcast give the blocking collectives' values.
+TEST(WaitPolicy, SleepingWaitsDeliver) {
+  const int K = world_size(), rank = world_rank();
+  for (const WaitPolicy policy : {WaitPolicy::Spin, WaitPolicy::Sleep}) {
+    set_wait_policy(policy);
+    std::int64_t v[2] = {rank + 1, -(rank + 1)};
+    ASSERT_EQ(exact_allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD), MPI_SUCCESS);
+    EXPECT_EQ(v[0], K);
+    EXPECT_EQ(v[1], -1);
+    double x = rank == K - 1 ? 0.1 * K : -1.0;
+    ASSERT_EQ(waited_bcast(&x, 1, MPI_DOUBLE, K - 1, MPI_COMM_WORLD), MPI_SUCCESS);
+    EXPECT_EQ(x, 0.1 * K);
+    if (K > 1) {  // a ring: rank r sends r * 10 to r + 1 after a pause, so the receive waits
+      int got = -1;
+      MPI_Request request;
+      MPI_Irecv(&got, 1, MPI_INT, (rank + K - 1) % K, 7, MPI_COMM_WORLD, &request);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (rank == 0) usleep(20000);
+      int sent = rank * 10;
+      MPI_Send(&sent, 1, MPI_INT, (rank + 1) % K, 7, MPI_COMM_WORLD);
+      ASSERT_EQ(wait_request(&request, MPI_STATUS_IGNORE), MPI_SUCCESS);
+      EXPECT_EQ(request, MPI_REQUEST_NULL);
+      EXPECT_EQ(got, ((rank + K - 1) % K) * 10);
+    }
+  }
+  set_wait_policy(WaitPolicy::Spin);
+}
+
+TEST(WaitPolicy, ABadValueNamesTheKey) {
+  try {
+    parse_deck(deck(2, "{wait: nap}"), "test-deck");
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what(), tail = ": pipeline.wait: expected spin or sleep, got 'nap'";
+    EXPECT_EQ(what.rfind("test-deck:", 0), 0u) << what;  // the deck's name, line and column first
+    ASSERT_GE(what.size(), tail.size()) << what;
+    EXPECT_EQ(what.substr(what.size() - tail.size()), tail) << what;
   }
 }
 

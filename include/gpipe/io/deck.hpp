@@ -57,6 +57,9 @@ struct PipelineSpec {
   /// that replaces `schedule` ("" = none); relative to the working directory.
   std::string schedule_file;
   LinkSpec link;                    ///< pipeline.link (off by default)
+  /// pipeline.wait: sleep (true) or spin (false, the default) while a step
+  /// waits for MPI (pipeline/wait.hpp, WaitPolicy); bitwise the same results.
+  bool wait_sleep = false;
   /// pipeline.memory_budget: device bytes per rank a layout may need (0 =
   /// no limit); written as a byte size ("512MiB", "2GiB"; train/memory.hpp).
   std::int64_t memory_budget = 0;
