@@ -13,11 +13,18 @@
 #   CHUNKS      v of interleaved_1f1b (default 2)
 #   STEPS       training steps per run, the first a warm-up (default 6)
 #   ROWS        rows per micro-batch (default 16): N = ROWS x M
+#   SCALE       emulated time per sample x SCALE (default 10: F = I = W = 100 us
+#               per sample and layer, 1.6 ms per layer and micro-batch of 16 rows,
+#               long against a wake-up or a message hop; 1 is the deck's 10 us)
+#   WAIT        pipeline.wait of the runs (default sleep: waiting ranks sleep
+#               between MPI_Test calls instead of polling a core, so the rank
+#               whose emulated op ends gets a core at once; spin to compare)
 #   GPIPE_TRAIN, GPIPE_PLAN (default build/apps/gpipe-{train,plan}), MPIRUN
 #   (default mpirun), PYTHON (with h5py).
 #
 # The deck is inputs/emulated_balanced.yaml with each of its 16 layers split
-# into two of half the time (32 layers of F = I = W = 10 us per sample), so
+# into two of half the time, x SCALE (32 layers of F = I = W = 10 SCALE us per
+# sample), so
 # K = 16 has the 2K = 32 stages the V schedules and interleaved_1f1b (v = 2)
 # need; every cell then has the same emulated work. The layers sleep (they do
 # not compute), so the runs are robust to other load on the cores, not immune
@@ -26,7 +33,7 @@
 # mpi_yield_when_idle 1 (as scripts/validate_model.sh), so K = 16 ranks share
 # 2 cores. Each point writes OUT/K<k>_M<m>_<schedule>.{json,h5,log,plan.json};
 # a point with a summary and a plan is kept on a rerun (delete OUT to redo).
-# About 4 minutes at K = 4, 8, 16 on the 2-core development machine.
+# About 3.5 minutes at K = 4, 8, 16 on the 2-core development machine (SCALE 10).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out=${1:-runs/schedules-emulated}
@@ -35,8 +42,8 @@ schedules=${SCHEDULES:-fill_drain 1f1b zero_bubble interleaved_1f1b zb_v dualpip
 chunks=${CHUNKS:-2}
 steps=${STEPS:-6}
 rows=${ROWS:-16}
-scale=${SCALE:-1}
-wait=${WAIT:-spin}
+scale=${SCALE:-10}
+wait=${WAIT:-sleep}
 train="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
 plan="${GPIPE_PLAN:-$root/build/apps/gpipe-plan}"
 for b in "$train" "$plan"; do
@@ -63,6 +70,7 @@ mkdir -p "$out"
 deck="$out/emulated_balanced_32.yaml"
 "$py" perf/schedules_emulated.py --deck "$scale" > "$deck"
 { echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
+  echo "scale: $scale, wait: $wait, steps: $steps, rows: $rows"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"; } >> "$out/study.txt"
 failed=0
 for k in $cells; do

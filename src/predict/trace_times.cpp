@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "../io/hdf5_handle.hpp"
 #include "gpipe/core/error.hpp"
@@ -66,6 +68,17 @@ TraceTimes read_trace_times(const std::string& path) {
     for (const Row& e : rows) steps.insert(e.step);
     const bool skip_first = steps.size() > 1;
     const std::int64_t first = steps.empty() ? 0 : *steps.begin();
+    // A W event may cover several micro-batches: a grouped W (pipeline.w_group,
+    // Op::count) or fill_drain's whole-batch W (one per stage and step). Each
+    // micro-batch of each of the rank's stages has one forward event, so a
+    // step's forwards / W events is the micro-batches one W covers (w_group;
+    // M for a whole-batch W; 1 ungrouped), and a W event's time per
+    // micro-batch is its duration over that.
+    std::map<std::int64_t, std::pair<int, int>> per_step;  // step -> (forwards, W events)
+    for (const Row& e : rows) {
+      if (EventKind(e.kind) == EventKind::Forward) ++per_step[e.step].first;
+      if (EventKind(e.kind) == EventKind::BackwardWeights) ++per_step[e.step].second;
+    }
     std::vector<double> f_, i_, b_, w_;
     for (const Row& e : rows) {
       if (skip_first && e.step == first) continue;
@@ -74,7 +87,11 @@ TraceTimes read_trace_times(const std::string& path) {
         case EventKind::Forward: f_.push_back(s); break;
         case EventKind::BackwardInput: i_.push_back(s); break;
         case EventKind::Backward: b_.push_back(s); break;
-        case EventKind::BackwardWeights: w_.push_back(s); break;
+        case EventKind::BackwardWeights: {
+          const auto& [forwards, weights] = per_step[e.step];
+          w_.push_back(forwards > weights ? s * double(weights) / double(forwards) : s);
+          break;
+        }
         default: break;
       }
     }

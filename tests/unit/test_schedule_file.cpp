@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -411,9 +412,9 @@ TEST(Tune, FromTraceTimes) {
       t += seconds;
     };
     add(0, EventKind::Forward, 9.0);  // the warm-up step: left out
-    for (const double f : {1.0, 3.0, 2.0}) add(1, EventKind::Forward, f * (r + 1));
+    for (const double f : {1.0, 3.0, 2.0, 2.0}) add(1, EventKind::Forward, f * (r + 1));
     for (const double i : {4.0, 4.0}) add(1, EventKind::BackwardInput, i);
-    add(1, EventKind::BackwardWeights, 0.5 + r);
+    for (int m = 0; m < 4; ++m) add(1, EventKind::BackwardWeights, 0.5 + r);
     for (std::int64_t step : {0, 1}) {
       StepSummary st;
       st.step = step;
@@ -443,6 +444,52 @@ TEST(Tune, FromTraceTimes) {
     ADD_FAILURE();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "/nonexistent/t.h5: cannot open the trace (not an HDF5 file, or missing)");
+  }
+}
+
+// A W event covering several micro-batches (grouped W, pipeline.w_group = 2
+// or 4; fill_drain's whole-batch W, one per step) is read per micro-batch:
+// its duration / the micro-batches it covers (the step's forwards / W events),
+// so the tuner sees the same W as ungrouped ops of the same rate. M = 4, two
+// traced steps (the first left out), per-micro-batch W of 0.5 (rank 0) and
+// 1.5 (rank 1); w_group 3 groups unevenly (3 + 1): the step's mean.
+TEST(Tune, FromTraceTimesGroupedW) {
+  for (const int group : {1, 2, 3, 4}) {
+    TraceHeader header;
+    header.ranks = header.cells = 2;
+    header.micro_batches = 4;
+    header.schedule = "zero_bubble";
+    GatheredTrace trace;
+    trace.events.resize(2);
+    trace.steps.resize(2);
+    for (int r = 0; r < 2; ++r) {
+      double t = 0;
+      const auto add = [&](std::int64_t step, EventKind kind, std::int32_t m, double seconds) {
+        trace.events[size_t(r)].push_back({step, std::int8_t(kind), m, t, t + seconds, 0});
+        t += seconds;
+      };
+      for (std::int64_t step : {0, 1}) {
+        const double w = step == 0 ? 7.0 : 0.5 + r;  // the warm-up's W: left out
+        for (int m = 0; m < 4; ++m) add(step, EventKind::Forward, m, 1.0);
+        for (int m = 0; m < 4; ++m) add(step, EventKind::BackwardInput, m, 2.0);
+        for (int m = 0; m < 4; m += group) add(step, EventKind::BackwardWeights, m, w * std::min(group, 4 - m));
+        StepSummary st;
+        st.step = step;
+        trace.steps[size_t(r)].push_back(st);
+      }
+    }
+    const std::string path = ::testing::TempDir() + "gpipe_tune_trace_grouped_test.h5";
+    write_trace_file(path, header, trace);
+    const TraceTimes times = read_trace_times(path);
+    std::remove(path.c_str());
+    EXPECT_EQ(times.forward, (std::vector<double>{1.0, 1.0})) << group;
+    EXPECT_EQ(times.backward_input, (std::vector<double>{2.0, 2.0})) << group;
+    if (group == 3) {  // events of 3 w and 1 w, 2 W events for 4 forwards: x 1/2 -> 1.5 w and 0.5 w, median w
+      EXPECT_DOUBLE_EQ(times.backward_weights[0], 0.5) << group;
+      EXPECT_DOUBLE_EQ(times.backward_weights[1], 1.5) << group;
+    } else {
+      EXPECT_EQ(times.backward_weights, (std::vector<double>{0.5, 1.5})) << group;
+    }
   }
 }
 

@@ -21,7 +21,12 @@ struct TraceTimes {
 /// Reads `path` (one replica: D = 1) and takes, per rank = cell, the median
 /// duration of its forward (kind 0), backward_input (9) or else fused
 /// backward (1), and backward_weights (10) events over every traced step
-/// but the first when there are more (the warm-up). Throws InputError naming
+/// but the first when there are more (the warm-up). A W event that covers
+/// several micro-batches (grouped W, pipeline.w_group; fill_drain's
+/// whole-batch W) counts per micro-batch: its duration x the step's W
+/// events / the step's forward events on that rank (one forward per
+/// micro-batch and stage), i.e. / w_group (/ M for a whole-batch W; an
+/// uneven last group is averaged in). Throws InputError naming
 /// `path` when it is not a gpipe trace, has D > 1, or a cell has no forward
 /// or backward event.
 TraceTimes read_trace_times(const std::string& path);
