@@ -206,7 +206,8 @@ TEST(GroupedW, ErrorsNameTheKey) {
 
 // pipeline.wait: sleeping between MPI_Test calls (boundary messages, the
 // step's collectives) changes only how a rank waits: bitwise the weights and
-// loss of spin, for every schedule, grouped W too. The policy is
+// loss of spin, for every schedule, grouped W too, and data-parallel
+// replicas (gradient buckets). The policy is
 // process-wide: the Pipeline constructor sets it from the deck.
 TEST(WaitPolicy, SleepIsBitwiseSpin) {
   const int K = world_size(), M = 2 * K;
@@ -221,6 +222,18 @@ TEST(WaitPolicy, SleepIsBitwiseSpin) {
       EXPECT_FALSE(spin.params.empty()) << schedule;
       EXPECT_EQ(sleep.params, spin.params) << schedule;
       EXPECT_EQ(sleep.eval_loss, spin.eval_loss) << schedule;
+    }
+  }
+  // Data parallel: every rank a replica of one cell (D = K), the gradient
+  // buckets' all-reduce waited for under each policy.
+  if (K > 1) {
+    const std::string replicas = "parallel: {cells: 1}\n";
+    const Result spin = train(deck(2, "{schedule: 1f1b, wait: spin}") + replicas, MPI_COMM_WORLD);
+    const Result sleep = train(deck(2, "{schedule: 1f1b, wait: sleep}") + replicas, MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      EXPECT_FALSE(spin.params.empty());
+      EXPECT_EQ(sleep.params, spin.params) << "D = " << K;
+      EXPECT_EQ(sleep.eval_loss, spin.eval_loss) << "D = " << K;
     }
   }
   set_wait_policy(WaitPolicy::Spin);  // the default, for the tests that follow
