@@ -48,6 +48,12 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
 void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
                         ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
                         Matrix<float> d_qkv);
+// Prepacked parameter operands (gemm.hpp): `scope` is FrozenWeights::current(); 0 runs gemm_bias / gemm.
+void gemm_bias_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+                       Matrix<float> y, std::uint64_t scope);
+void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix<float> a, ConstMatrix<float> w,
+                  float beta, Matrix<float> c, std::uint64_t scope);
+std::int64_t packed_bytes();  // bytes of the packed copies held (gemm_onednn.cpp)
 // bf16 operands (row-major, as the float ones; converted by dispatch.cpp),
 // fp32 accumulation, fp32 results and bias. Throw std::runtime_error with
 // a clear message where the CPU has no bf16 matmul.

@@ -130,6 +130,36 @@ TEST(LayerValues, ActivationsAtKnownPoints) {
   EXPECT_NEAR(g[3], 2.996362607918227, 1e-12);
 }
 
+// float GELU evaluates tanh by a rational approximation (activations.cpp,
+// fast_tanh): values and derivatives within a few float roundings of the
+// double formula over [-10, 10], and NaN propagates through both.
+TEST(LayerValues, FloatGeluNearTheDoubleFormula) {
+  const std::int64_t n = 4001;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) x[size_t(i)] = float(-10.0 + 20.0 * double(i) / double(n - 1));
+  x[2000] = std::numeric_limits<float>::quiet_NaN();  // replaces 0
+  auto layer = make_layer<float>(layer_shape(parse_layer("{type: gelu}"), Shape{n}));
+  PassContext ctx;
+  const auto xd = test::to_device(x, 1, n);
+  Matrix<float> y("y", 1, n), dx("dx", 1, n);
+  layer->forward(ctx, xd, y, SavedView<float>());
+  layer->backward(ctx, xd, test::to_device(std::vector<float>(size_t(n), 1.0f), 1, n), dx, SavedView<float>());
+  const auto yh = test::to_host(y), dh = test::to_host(dx);
+  const double c = 0.7978845608028654, a = 0.044715;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double v = x[size_t(i)];
+    if (i == 2000) {
+      EXPECT_TRUE(std::isnan(yh[size_t(i)]) && std::isnan(dh[size_t(i)]));
+      continue;
+    }
+    const double t = std::tanh(c * (v + a * v * v * v));
+    const double ref = 0.5 * v * (1 + t);
+    const double dref = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * a * v * v);
+    ASSERT_NEAR(yh[size_t(i)], ref, 1e-6 * (1 + std::abs(v))) << "x " << v;
+    ASSERT_NEAR(dh[size_t(i)], dref, 2e-6 * (1 + v * v)) << "x " << v;
+  }
+}
+
 TEST(LayerValues, LayerNormNormalizesRows) {
   Harness h("{type: layer_norm}", {4});
   h.layer->initialize(0);  // gamma = 1, beta = 0
