@@ -296,7 +296,11 @@ FrozenWeights::FrozenWeights() {
   if (frozen_depth++ == 0) frozen_scope = ++frozen_count;
 }
 FrozenWeights::~FrozenWeights() {
-  if (--frozen_depth == 0) frozen_scope = 0;
+  if (--frozen_depth != 0) return;
+#ifdef GPIPE_ENABLE_ONEDNN
+  onednn::drop_unused_packs(frozen_scope);
+#endif
+  frozen_scope = 0;
 }
 std::uint64_t FrozenWeights::current() { return frozen_scope; }
 std::int64_t FrozenWeights::packed_bytes() {

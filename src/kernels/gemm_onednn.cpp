@@ -148,6 +148,8 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
 // the scope number or the layout changes. A W's first product in a scope
 // runs the plain primitive (at M = 1 every W is used once per step and a
 // packing would cost what it saves); from the second on, the packed one.
+// When the outermost scope ends, the W it did not use are dropped (a
+// destroyed Pipeline's weights do not stay packed for the process).
 namespace {
 
 struct Packed {
@@ -207,6 +209,11 @@ Entry make_packed_matmul(const memory::desc& a, std::int64_t k, std::int64_t n, 
 }
 
 }  // namespace
+
+void drop_unused_packs(std::uint64_t scope) {
+  auto& p = packs();
+  for (auto it = p.begin(); it != p.end();) it = it->second.seen == scope ? std::next(it) : p.erase(it);
+}
 
 std::int64_t packed_bytes() {
   std::int64_t bytes = 0;

@@ -51,8 +51,9 @@ void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, Const
 /// results are bitwise those of the unpacked products (the same kernel and
 /// reduction order: tests/unit/test_kernels_gemm.cpp, PackedWeights*). The
 /// packed copies (one per W and form, W's bytes each) are oneDNN memory,
-/// allocated at the first packing and kept for the process (a steady-state
-/// step allocates nothing); they are not in Kokkos' memory accounting.
+/// allocated at the first packing and kept while every scope uses their W
+/// (a steady-state step allocates nothing); the end of a scope drops those
+/// of the W it did not use. They are not in Kokkos' memory accounting.
 /// Throws std::invalid_argument as gemm_bias / gemm do.
 template <class T>
 void gemm_bias_weights(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias,
@@ -78,8 +79,7 @@ class FrozenWeights {
   /// The live outermost scope's number (nonzero, unique in the process), 0 outside any scope.
   static std::uint64_t current();
   /// Bytes of the packed copies this process holds (0 without oneDNN or
-  /// before the first packing); kept across scopes, outside Kokkos' memory
-  /// accounting.
+  /// before the first packing), outside Kokkos' memory accounting.
   static std::int64_t packed_bytes();
 };
 
