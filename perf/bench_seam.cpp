@@ -75,6 +75,32 @@ void GemmBackward(benchmark::State& state) {
   state.counters["GFLOP/s"] = gpipe::bench::rate(state, 2e-9 * double(m * n * k));
 }
 
+// Args: impl, m (rows per micro-batch), k, n, M (micro-batches), packed.
+// One step's parameter products of a Dense layer: M forwards Y = X W + b and
+// M input gradients dX = dY W^T, through gemm_bias_weights / gemm_weights;
+// packed = 1 runs them in a fresh FrozenWeights scope per iteration (so the
+// packing of W in both forms is timed too), 0 outside any scope (plain).
+template <class T>
+void StepProducts(benchmark::State& state) {
+  if (!choose(state, gpipe::kernels::Primitive::gemm_bias, sizeof(T))) return;
+  const auto m = state.range(1), k = state.range(2), n = state.range(3), M = state.range(4);
+  const bool packed = state.range(5) != 0;
+  const auto x = filled<T>(m, k, 0.5), w = filled<T>(k, n, 0.01), b = filled<T>(1, n, 0.1), dy = filled<T>(m, n, 0.1);
+  Matrix<T> y("y", m, n), dx("dx", m, k);
+  const auto products = [&] {
+    for (std::int64_t i = 0; i < M; ++i) {
+      gpipe::kernels::gemm_bias_weights<T>(gpipe::ExecSpace(), x, w, b, y);
+      gpipe::kernels::gemm_weights<T>(gpipe::ExecSpace(), Op::none, Op::transpose, T(1), dy, w, T(0), dx);
+    }
+  };
+  warm_and_time(state, [&] {
+    if (!packed) return products();
+    const gpipe::kernels::FrozenWeights frozen;
+    products();
+  });
+  state.counters["GFLOP/s"] = gpipe::bench::rate(state, 4e-9 * double(M * m * n * k));
+}
+
 // Args: impl, samples n, tokens T, heads H, head width dh: S = Q K^T over every (sample, head) in qkv.
 template <class T>
 void BatchedScores(benchmark::State& state) {
@@ -146,6 +172,18 @@ void AttentionCausalShapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_TEMPLATE(GemmBias, float)->Name("GemmBias<float>")->Apply(DenseShapes);
 BENCHMARK_TEMPLATE(GemmBackward, float)->Name("GemmBackward<float>")->Apply(BackwardShapes);
+BENCHMARK_TEMPLATE(StepProducts, float)
+    ->Name("StepProducts<float>")
+    ->Apply([](benchmark::internal::Benchmark* b) {
+      // The deep MLP's step at M = 8 (32 rows) and M = 1 (256 rows); the ViT's MLP at M = 1 (2048 token rows).
+      for (int impl : {0, 1})
+        for (int packed : {0, 1}) {
+          for (auto kn : {std::pair{784, 1024}, std::pair{1024, 1024}}) b->Args({impl, 32, kn.first, kn.second, 8, packed});
+          b->Args({impl, 256, 1024, 1024, 1, packed});
+          b->Args({impl, 2048, 64, 128, 1, packed});
+        }
+      b->UseManualTime()->Unit(benchmark::kMicrosecond);
+    });
 BENCHMARK_TEMPLATE(BatchedScores, float)->Name("BatchedScores<float>")->Apply(AttentionShapes);
 BENCHMARK_TEMPLATE(Attention, float)->Name("Attention<float>")->Apply(AttentionCausalShapes);
 BENCHMARK_TEMPLATE(GemmBias, double)->Name("GemmBias<double>")->Args({0, 256, 64, 192})->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -83,6 +83,7 @@ const char* name(Primitive primitive) {
     case Primitive::batched_gemm: return "batched_gemm";
     case Primitive::attention: return "attention";
     case Primitive::conv2d: return "conv2d";
+    case Primitive::eltwise: return "eltwise";
   }
   return "?";
 }
@@ -124,9 +125,9 @@ bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
     return (scalar_bytes == 4 || scalar_bytes == 8) && primitive == Primitive::conv2d;
 #endif
 #ifdef GPIPE_ENABLE_ONEDNN
-  (void)primitive;  // every primitive has a oneDNN implementation at float and bf16
+  // every primitive has a oneDNN implementation at float, and all but eltwise at bf16
   if (implementation == Implementation::onednn)
-    return host_memory && (scalar_bytes == 4 || scalar_bytes == 2);
+    return host_memory && (scalar_bytes == 4 || (scalar_bytes == 2 && primitive != Primitive::eltwise));
 #else
   (void)primitive;
   (void)scalar_bytes;
@@ -262,7 +263,7 @@ std::string selection_summary() {
   std::string out = fmt::format("{}:", name(choice));
   const char* sep = " ";
   for (Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::attention,
-                      Primitive::conv2d})
+                      Primitive::conv2d, Primitive::eltwise})
     for (int bytes : {4, 8, 2}) {
       out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : bytes == 8 ? "double" : "bf16",
                          name(implementation(p, bytes)));

@@ -285,9 +285,72 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   portable::attention_backward<T>(space, shape, qkv, probs, d_out, work, d_qkv);
 }
 
+// Parameter operands (gemm.hpp): prepacked in a FrozenWeights scope on the
+// oneDNN float path without a reduced compute format; everywhere else the
+// plain gemm_bias / gemm.
+namespace {
+std::uint64_t frozen_scope = 0, frozen_depth = 0, frozen_count = 0;
+}  // namespace
+
+FrozenWeights::FrozenWeights() {
+  if (frozen_depth++ == 0) frozen_scope = ++frozen_count;
+}
+FrozenWeights::~FrozenWeights() {
+  if (--frozen_depth != 0) return;
+#ifdef GPIPE_ENABLE_ONEDNN
+  onednn::drop_unused_packs(frozen_scope);
+#endif
+  frozen_scope = 0;
+}
+std::uint64_t FrozenWeights::current() { return frozen_scope; }
+std::int64_t FrozenWeights::packed_bytes() {
+#ifdef GPIPE_ENABLE_ONEDNN
+  return onednn::packed_bytes();
+#else
+  return 0;
+#endif
+}
+
+template <class T>
+void gemm_bias_weights(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias, Matrix<T> y) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (frozen_scope != 0 && !reduced::active(compute_format()) && onednn_runs<T>(Primitive::gemm_bias)) {
+      require(x.extent(1) == w.extent(0) && bias.extent(0) == 1 && bias.extent(1) == w.extent(1) &&
+                  y.extent(0) == x.extent(0) && y.extent(1) == w.extent(1),
+              "gemm_bias", fmt::format("X {}, W {}, bias {}, Y {}", dims(x), dims(w), dims(bias), dims(y)));
+      const Region region("gpipe::kernels::gemm_bias");
+      return onednn::gemm_bias_weights(space, x, w, bias, y, frozen_scope);
+    }
+  }
+#endif
+  gemm_bias<T>(space, x, w, bias, y);
+}
+
+template <class T>
+void gemm_weights(const ExecSpace& space, Op ta, Op tw, T alpha, ConstMatrix<T> a, ConstMatrix<T> w, T beta,
+                  Matrix<T> c) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if constexpr (std::is_same_v<T, float>) {
+    if (frozen_scope != 0 && !reduced::active(compute_format()) && onednn_runs<T>(Primitive::gemm)) {
+      const auto m = ta == Op::none ? a.extent(0) : a.extent(1), ka = ta == Op::none ? a.extent(1) : a.extent(0);
+      const auto kb = tw == Op::none ? w.extent(0) : w.extent(1), n = tw == Op::none ? w.extent(1) : w.extent(0);
+      require(ka == kb && c.extent(0) == m && c.extent(1) == n, "gemm",
+              fmt::format("op(A) {}x{}, op(B) {}x{}, C {}", m, ka, kb, n, dims(c)));
+      const Region region("gpipe::kernels::gemm");
+      return onednn::gemm_weights(space, ta, tw, alpha, a, w, beta, c, frozen_scope);
+    }
+  }
+#endif
+  gemm<T>(space, ta, tw, alpha, a, w, beta, c);
+}
+
 #define GPIPE_INSTANTIATE(T)                                                                                  \
   template void gemm<T>(const ExecSpace&, Op, Op, T, ConstMatrix<T>, ConstMatrix<T>, T, Matrix<T>);          \
   template void gemm_bias<T>(const ExecSpace&, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>, Matrix<T>);  \
+  template void gemm_bias_weights<T>(const ExecSpace&, ConstMatrix<T>, ConstMatrix<T>, ConstMatrix<T>,       \
+                                     Matrix<T>);                                                             \
+  template void gemm_weights<T>(const ExecSpace&, Op, Op, T, ConstMatrix<T>, ConstMatrix<T>, T, Matrix<T>);  \
   template void batched_gemm<T>(const ExecSpace&, Op, Op, std::int64_t, std::int64_t, T, const T*,           \
                                 const Strided&, const T*, const Strided&, T, T*, const Strided&);            \
   template void attention_forward<T>(const ExecSpace&, const AttentionShape&, ConstMatrix<T>, Matrix<T>,     \

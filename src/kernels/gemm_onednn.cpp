@@ -7,6 +7,8 @@
 #include <oneapi/dnnl/dnnl_version.h>
 
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -138,6 +140,119 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
                        batched_desc(Op::none, outer, inner, sc), alpha, beta);
   });
   e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+}
+
+// Prepacked parameter operands (fp32; gemm.hpp, FrozenWeights). Each W
+// (address, stored shape, form: as stored or transposed) has one packed copy
+// in the blocked layout its matmul asks for (format_tag::any), remade when
+// the scope number or the layout changes. A W's first product in a scope
+// runs the plain primitive (at M = 1 every W is used once per step and a
+// packing would cost what it saves); from the second on, the packed one.
+// When the outermost scope ends, the W it did not use are dropped (a
+// destroyed Pipeline's weights do not stay packed for the process).
+namespace {
+
+struct Packed {
+  memory mem;                 // the packed copy (allocated by oneDNN)
+  memory plain;               // W as stored, in this form (handle set per packing)
+  dnnl::reorder reorder;      // plain -> mem
+  std::uint64_t seen = 0;     // the last scope W was used in
+  std::uint64_t packed = 0;   // the scope mem was packed in
+};
+
+std::map<std::tuple<const float*, std::int64_t, std::int64_t, int>, Packed>& packs() {
+  static std::map<std::tuple<const float*, std::int64_t, std::int64_t, int>, Packed> p;
+  return p;
+}
+
+// W (stored wr x wc) in form `tw` as the B operand (k, n) of a matmul whose
+// weights descriptor is `want`: the packed copy for `scope`, or nullptr on
+// W's first use in it.
+const void* packed_weights(const float* w, std::int64_t wr, std::int64_t wc, Op tw, const memory::desc& want,
+                           std::uint64_t scope) {
+  Packed& p = packs()[{w, wr, wc, int(tw)}];
+  if (p.seen != scope) {
+    p.seen = scope;
+    return nullptr;
+  }
+  if (!p.mem || !(p.mem.get_desc() == want)) {
+    const std::int64_t k = tw == Op::none ? wr : wc, n = tw == Op::none ? wc : wr;
+    const memory::desc plain = tw == Op::none ? memory::desc({k, n}, f32, dims{wc, 1}) : memory::desc({k, n}, f32, dims{1, wc});
+    p.mem = memory(want, engine());
+    p.plain = unbound(plain);
+    p.reorder = dnnl::reorder(p.plain, p.mem);
+    p.packed = 0;
+  }
+  if (p.packed != scope) {
+    p.plain.set_data_handle(const_cast<float*>(w));
+    p.reorder.execute(stream(), p.plain, p.mem);
+    stream().wait();
+    p.packed = scope;
+  }
+  return p.mem.get_data_handle();
+}
+
+memory::desc any_weights(std::int64_t k, std::int64_t n) { return memory::desc({k, n}, f32, memory::format_tag::any); }
+
+// make_matmul with weights of format_tag::any: the weights memory object
+// takes the layout the primitive chose.
+Entry make_packed_matmul(const memory::desc& a, std::int64_t k, std::int64_t n, const memory::desc* bias,
+                         const memory::desc& c, float alpha, float beta) {
+  const memory::desc w = any_weights(k, n);
+  const auto desc = bias ? dnnl::matmul::desc(a, w, *bias, c) : dnnl::matmul::desc(a, w, c);
+  const dnnl::matmul::primitive_desc pd(desc, attributes(alpha, beta), engine());
+  Entry e;
+  e.primitive = dnnl::matmul(pd);
+  e.args = {{DNNL_ARG_SRC, unbound(a)}, {DNNL_ARG_WEIGHTS, unbound(pd.weights_desc())}, {DNNL_ARG_DST, unbound(c)}};
+  if (bias) e.args.emplace(DNNL_ARG_BIAS, unbound(*bias));
+  return e;
+}
+
+}  // namespace
+
+void drop_unused_packs(std::uint64_t scope) {
+  auto& p = packs();
+  for (auto it = p.begin(); it != p.end();) it = it->second.seen == scope ? std::next(it) : p.erase(it);
+}
+
+std::int64_t packed_bytes() {
+  std::int64_t bytes = 0;
+  for (const auto& [key, p] : packs())
+    if (p.mem) bytes += std::int64_t(p.mem.get_desc().get_size());
+  return bytes;
+}
+
+void gemm_bias_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+                       Matrix<float> y, std::uint64_t scope) {
+  const std::int64_t m = std::int64_t(x.extent(0)), k = std::int64_t(x.extent(1)), n = std::int64_t(w.extent(1));
+  if (m == 0 || k == 0 || scope == 0) return gemm_bias(space, x, w, bias, y);
+  Entry& e = cache().get({3, m, k, n}, [&] {
+    const memory::desc xd({m, k}, f32, dims{k, 1}), bd({1, n}, f32, dims{n, 1}), yd({m, n}, f32, dims{n, 1});
+    return make_packed_matmul(xd, k, n, &bd, yd, 1.0f, 0.0f);
+  });
+  space.fence();
+  const void* packed = packed_weights(w.data(), k, n, Op::none, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope);
+  if (!packed) return gemm_bias(space, x, w, bias, y);
+  e.run({{DNNL_ARG_SRC, x.data()}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_BIAS, bias.data()},
+         {DNNL_ARG_DST, y.data()}});
+}
+
+void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix<float> a, ConstMatrix<float> w,
+                  float beta, Matrix<float> c, std::uint64_t scope) {
+  const std::int64_t ar = std::int64_t(a.extent(0)), ac = std::int64_t(a.extent(1));
+  const std::int64_t wr = std::int64_t(w.extent(0)), wc = std::int64_t(w.extent(1));
+  const std::int64_t m = std::int64_t(c.extent(0)), n = std::int64_t(c.extent(1));
+  const std::int64_t k = ta == Op::none ? ac : ar;
+  if (m == 0 || n == 0 || k == 0 || scope == 0) return gemm(space, ta, tw, alpha, a, w, beta, c);
+  Entry& e = cache().get({4, int(ta), int(tw), ar, ac, wr, wc, m, n, bits(alpha), bits(beta)}, [&] {
+    const memory::desc ad = ta == Op::none ? memory::desc({m, k}, f32, dims{ac, 1}) : memory::desc({m, k}, f32, dims{1, ac});
+    const memory::desc cd({m, n}, f32, dims{n, 1});
+    return make_packed_matmul(ad, k, n, nullptr, cd, alpha, beta);
+  });
+  space.fence();
+  const void* packed = packed_weights(w.data(), wr, wc, tw, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope);
+  if (!packed) return gemm(space, ta, tw, alpha, a, w, beta, c);
+  e.run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, c.data()}});
 }
 
 // bf16 operands (converted by the caller, dispatch.cpp), fp32 accumulation

@@ -9,6 +9,7 @@
 #include "gpipe/core/half.hpp"
 #include "gpipe/kernels/attention.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/eltwise.hpp"
 #include "gpipe/kernels/gemm.hpp"
 
 #include <string>
@@ -48,6 +49,16 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
 void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
                         ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
                         Matrix<float> d_qkv);
+// Prepacked parameter operands (gemm.hpp): `scope` is FrozenWeights::current(); 0 runs gemm_bias / gemm.
+void gemm_bias_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
+                       Matrix<float> y, std::uint64_t scope);
+void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix<float> a, ConstMatrix<float> w,
+                  float beta, Matrix<float> c, std::uint64_t scope);
+std::int64_t packed_bytes();  // bytes of the packed copies held (gemm_onednn.cpp)
+void drop_unused_packs(std::uint64_t scope);  // drops the W not used in `scope` (its end)
+// Element-wise activations over n contiguous floats (eltwise_onednn.cpp).
+void eltwise_forward(const ExecSpace& space, Eltwise f, const float* x, float* y, std::int64_t n);
+void eltwise_backward(const ExecSpace& space, Eltwise f, const float* x, const float* dy, float* dx, std::int64_t n);
 // bf16 operands (row-major, as the float ones; converted by dispatch.cpp),
 // fp32 accumulation, fp32 results and bias. Throw std::runtime_error with
 // a clear message where the CPU has no bf16 matmul.

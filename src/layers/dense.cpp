@@ -46,7 +46,7 @@ void Dense<T>::initialize(std::uint64_t seed) {
 
 template <class T>
 void Dense<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T>) {
-  kernels::gemm_bias<T>(ctx.space, x, weight_, bias_, y);
+  kernels::gemm_bias_weights<T>(ctx.space, x, weight_, bias_, y);
 }
 
 template <class T>
@@ -74,7 +74,7 @@ template <class T>
 void Dense<T>::backward_input(const PassContext& ctx, ConstMatrix<T>, ConstMatrix<T> dy,
                               Matrix<T> dx, SavedView<T>) {
   if (dx.extent(0) > 0)
-    kernels::gemm<T>(ctx.space, kernels::Op::none, kernels::Op::transpose, T(1), dy, weight_, T(0), dx);
+    kernels::gemm_weights<T>(ctx.space, kernels::Op::none, kernels::Op::transpose, T(1), dy, weight_, T(0), dx);
 }
 
 #define GPIPE_INSTANTIATE(T) template class Dense<T>;

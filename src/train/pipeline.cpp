@@ -13,6 +13,7 @@
 #include "gpipe/core/finite.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/gemm.hpp"
 #include "gpipe/train/memory.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
@@ -377,8 +378,12 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   const double loss_scale = scaler_.scale();  // 1 unless fp16
   if (precision_.loss_scaling) cell_->set_loss_scale(loss_scale);
   const std::int64_t sent_before = boundary_bytes_sent();
-  LossSums sums = cell_->train_step(batch_inputs_, staged_targets(), shard.size,
-                                    std::uint64_t(steps_done_), {shard.offset, n});
+  LossSums sums;
+  {
+    const kernels::FrozenWeights frozen;  // the weights change only at the update below (prepacked GEMM operands)
+    sums = cell_->train_step(batch_inputs_, staged_targets(), shard.size, std::uint64_t(steps_done_),
+                             {shard.offset, n});
+  }
   last_boundary_bytes_ = boundary_bytes_sent() - sent_before;
   if (inject_overflow_ && cell_->gradients().extent(0) > 0) {  // test hook: an overflow on this cell alone
     inject_overflow_ = false;

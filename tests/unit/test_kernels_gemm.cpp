@@ -8,6 +8,7 @@
 // repeated call gives bitwise the same result.
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
@@ -194,6 +195,113 @@ TEST(KernelsGemm, RepeatableAndOneDnnRowsIndependentOfRowCount) {
         ASSERT_TRUE(std::equal(q.begin(), q.end(), dx_all.begin()))
             << "dY W^T " << kernels::name(choice) << " k " << k << " n " << n << " rows " << rows;
       }
+    }
+  }
+}
+
+// Parameter operands in a FrozenWeights scope (gemm.hpp): the first product
+// with a W runs unpacked, the later ones on the packed copy; every one is
+// bitwise the unpacked product, for every implementation, form and shape
+// (the bitwise invariants across schedules need it: the first use of a W
+// is another micro-batch in fill_drain than in 1F1B).
+TEST(KernelsGemm, PackedWeightsBitwiseUnpacked) {
+  for (Choice choice : forced_choices()) {
+    Selected sel(choice);
+    for (const auto& s : std::vector<std::array<std::int64_t, 3>>{
+             {1, 1, 1}, {1, 7, 5}, {13, 1, 9}, {5, 6, 1}, {33, 17, 65}, {32, 1024, 1024}, {32, 10, 1024},
+             {256, 192, 64}, {2048, 64, 128}}) {
+      const std::int64_t m = s[0], n = s[1], k = s[2];
+      const auto x = random<float>(m, k, 21), w = random<float>(k, n, 22), bias = random<float>(1, n, 23);
+      const auto dy = random<float>(m, n, 24), c0 = random<float>(m, k, 25), xt = random<float>(k, m, 26);
+      Matrix<float> y("y", m, n), dx("dx", m, k), z("z", m, n);
+      // Unpacked references: Y = X W + b, dX = dY W^T, Z = 0.7 X^T' W + 1.3 Z0 with A transposed.
+      kernels::gemm_bias<float>(ExecSpace(), x, w, bias, y);
+      const auto y_ref = test::to_host(y);
+      kernels::gemm<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, w, 0.0f, dx);
+      const auto dx_ref = test::to_host(dx);
+      const auto z0 = random<float>(m, n, 27);
+      Kokkos::deep_copy(z, z0);
+      kernels::gemm<float>(ExecSpace(), Op::transpose, Op::none, 0.7f, xt, w, 1.3f, z);
+      const auto z_ref = test::to_host(z);
+      const kernels::FrozenWeights frozen;
+      for (int use = 0; use < 3; ++use) {
+        const std::string where = fmt::format("{} m {} n {} k {} use {}", kernels::name(choice), m, n, k, use);
+        Kokkos::deep_copy(y, std::numeric_limits<float>::quiet_NaN());
+        kernels::gemm_bias_weights<float>(ExecSpace(), x, w, bias, y);
+        ASSERT_EQ(test::to_host(y), y_ref) << "X W + b " << where;
+        Kokkos::deep_copy(dx, c0);
+        kernels::gemm_weights<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, w, 0.0f, dx);
+        ASSERT_EQ(test::to_host(dx), dx_ref) << "dY W^T " << where;
+        Kokkos::deep_copy(z, z0);
+        kernels::gemm_weights<float>(ExecSpace(), Op::transpose, Op::none, 0.7f, xt, w, 1.3f, z);
+        ASSERT_EQ(test::to_host(z), z_ref) << "0.7 A^T W + 1.3 C " << where;
+      }
+      if (choice == Choice::onednn)  // the packed path ran: W in two forms
+        EXPECT_GE(kernels::FrozenWeights::packed_bytes(), 2 * k * n * std::int64_t(sizeof(float))) << kernels::name(choice);
+    }
+  }
+}
+
+// A packed copy belongs to its scope and its W: new contents at the same
+// address in the next scope, and another W of the same shape in the same
+// scope, give their own products.
+TEST(KernelsGemm, PackedWeightsFollowTheirWeights) {
+  EXPECT_EQ(kernels::FrozenWeights::current(), 0u);
+  for (Choice choice : forced_choices()) {
+    Selected sel(choice);
+    const std::int64_t m = 32, n = 48, k = 64;
+    const auto x = random<float>(m, k, 31), bias = random<float>(1, n, 32), dy = random<float>(m, n, 33);
+    auto w = random<float>(k, n, 34);
+    const auto w2 = random<float>(k, n, 35), w_new = random<float>(k, n, 36);
+    const auto plain = [&](const Matrix<float>& weights) {
+      Matrix<float> y("y", m, n), dx("dx", m, k);
+      kernels::gemm_bias<float>(ExecSpace(), x, weights, bias, y);
+      kernels::gemm<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, weights, 0.0f, dx);
+      return std::make_pair(test::to_host(y), test::to_host(dx));
+    };
+    const auto frozen_products = [&](const Matrix<float>& weights) {
+      Matrix<float> y("y", m, n), dx("dx", m, k);
+      for (int use = 0; use < 2; ++use) {
+        kernels::gemm_bias_weights<float>(ExecSpace(), x, weights, bias, y);
+        kernels::gemm_weights<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, weights, 0.0f, dx);
+      }
+      return std::make_pair(test::to_host(y), test::to_host(dx));
+    };
+    const auto first = plain(w), second = plain(w2), updated = plain(w_new);
+    ASSERT_NE(first.first, updated.first);
+    std::uint64_t scope = 0;
+    {
+      const kernels::FrozenWeights frozen;
+      scope = kernels::FrozenWeights::current();
+      EXPECT_NE(scope, 0u);
+      {
+        const kernels::FrozenWeights nested;
+        EXPECT_EQ(kernels::FrozenWeights::current(), scope) << "nested scopes: the outermost counts";
+      }
+      EXPECT_EQ(kernels::FrozenWeights::current(), scope);
+      EXPECT_EQ(frozen_products(w), first) << kernels::name(choice);
+      EXPECT_EQ(frozen_products(w2), second) << "another W of the same shape " << kernels::name(choice);
+      EXPECT_EQ(frozen_products(w), first) << "the first W again " << kernels::name(choice);
+    }
+    EXPECT_EQ(kernels::FrozenWeights::current(), 0u);
+    Kokkos::deep_copy(w, w_new);  // an optimizer step: the same address, new contents
+    {
+      const kernels::FrozenWeights frozen;
+      EXPECT_GT(kernels::FrozenWeights::current(), scope);
+      EXPECT_EQ(frozen_products(w), updated) << "updated W " << kernels::name(choice);
+    }
+    EXPECT_EQ(plain(w), updated);
+    if (choice == Choice::onednn) {  // w2, unused in the second scope, was dropped at its end; w stays packed
+      const std::int64_t one = kernels::FrozenWeights::packed_bytes();
+      EXPECT_GE(one, 2 * k * n * std::int64_t(sizeof(float)));
+      {
+        const kernels::FrozenWeights frozen;
+        frozen_products(w2);
+        frozen_products(w);
+        EXPECT_EQ(kernels::FrozenWeights::packed_bytes(), 2 * one);
+      }
+      { const kernels::FrozenWeights frozen; frozen_products(w); }
+      EXPECT_EQ(kernels::FrozenWeights::packed_bytes(), one);
     }
   }
 }

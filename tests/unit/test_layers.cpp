@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "../common/layer_harness.hpp"
+#include "gpipe/kernels/backend.hpp"
 
 namespace gpipe {
 namespace {
@@ -128,6 +129,46 @@ TEST(LayerValues, ActivationsAtKnownPoints) {
   EXPECT_EQ(g[1], 0.0);
   EXPECT_NEAR(g[2], 0.34571400982514, 1e-12);
   EXPECT_NEAR(g[3], 2.996362607918227, 1e-12);
+}
+
+// float GELU, per implementation of the seam's eltwise primitive (the
+// layer's own loop, oneDNN's JIT eltwise where built): values and
+// derivatives within a few float roundings of the double formula over
+// [-10, 10], and NaN propagates through both.
+TEST(LayerValues, FloatGeluNearTheDoubleFormulaPerImplementation) {
+  const std::int64_t n = 4001;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) x[size_t(i)] = float(-10.0 + 20.0 * double(i) / double(n - 1));
+  x[2000] = std::numeric_limits<float>::quiet_NaN();  // replaces 0
+  auto layer = make_layer<float>(layer_shape(parse_layer("{type: gelu}"), Shape{n}));
+  PassContext ctx;
+  const auto xd = test::to_device(x, 1, n);
+  std::vector<std::vector<float>> outputs;
+  for (const auto impl : kernels::available()) {
+    if (!kernels::has(impl, kernels::Primitive::eltwise, 4)) continue;
+    kernels::select(impl == kernels::Implementation::portable ? kernels::Choice::portable : kernels::Choice::onednn);
+    ASSERT_EQ(kernels::implementation(kernels::Primitive::eltwise, 4), impl);
+    Matrix<float> y("y", 1, n), dx("dx", 1, n);
+    layer->forward(ctx, xd, y, SavedView<float>());
+    layer->backward(ctx, xd, test::to_device(std::vector<float>(size_t(n), 1.0f), 1, n), dx, SavedView<float>());
+    kernels::select(kernels::Choice::automatic);
+    const auto yh = test::to_host(y), dh = test::to_host(dx);
+    outputs.push_back(yh);
+    const double c = 0.7978845608028654, a = 0.044715;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = x[size_t(i)];
+      if (i == 2000) {
+        EXPECT_TRUE(std::isnan(yh[size_t(i)]) && std::isnan(dh[size_t(i)])) << kernels::name(impl);
+        continue;
+      }
+      const double t = std::tanh(c * (v + a * v * v * v));
+      const double ref = 0.5 * v * (1 + t);
+      const double dref = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * a * v * v);
+      ASSERT_NEAR(yh[size_t(i)], ref, 1e-6 * (1 + std::abs(v))) << kernels::name(impl) << " x " << v;
+      ASSERT_NEAR(dh[size_t(i)], dref, 2e-6 * (1 + v * v)) << kernels::name(impl) << " x " << v;
+    }
+  }
+  EXPECT_EQ(outputs.size(), kernels::available().size() >= 2 && kernels::has(kernels::Implementation::onednn, kernels::Primitive::eltwise, 4) ? 2u : 1u);
 }
 
 TEST(LayerValues, LayerNormNormalizesRows) {

@@ -55,6 +55,7 @@ enum class Primitive {
   batched_gemm,  ///< strided-batched GEMM over a 2-level batch
   attention,     ///< scaled-dot-product attention, forward and backward
   conv2d,        ///< 2-D convolution, forward / backward-data / backward-weights
+  eltwise,       ///< element-wise activations, forward and backward (eltwise.hpp; oneDNN at float only)
 };
 
 /// The process-wide choice (deck key `kernels`, environment GPIPE_KERNELS).
@@ -62,7 +63,7 @@ enum class Choice { automatic, portable, onednn, cublas, cudnn };
 
 /// "portable", "onednn", "cublas", "cudnn".
 const char* name(Implementation implementation);
-/// "gemm", "gemm_bias", "batched_gemm", "attention", "conv2d".
+/// "gemm", "gemm_bias", "batched_gemm", "attention", "conv2d", "eltwise".
 const char* name(Primitive primitive);
 /// "auto", "portable", "onednn", "cublas", "cudnn".
 const char* name(Choice choice);

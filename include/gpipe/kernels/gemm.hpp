@@ -38,6 +38,51 @@ template <class T>
 void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias,
                Matrix<T> y);
 
+/// Parameter operands: the same products as gemm_bias and gemm with B a
+/// parameter matrix W (a layer's weight, or op(W) its transpose), which a
+/// FrozenWeights scope promises unchanged. Outside a scope they are exactly
+/// gemm_bias(space, x, w, bias, y) and gemm(space, ta, tw, alpha, a, w,
+/// beta, c). Inside one, the oneDNN float implementation (no reduced
+/// compute format) keeps W reordered once into its matmul's blocked layout
+/// (format_tag::any), from the second product with the same W, form and
+/// shape on, instead of reordering it inside every call: a micro-batch of
+/// 32 rows times a 1024 x 1024 W then runs at about 0.8x instead of 0.65x
+/// the 256-row rate (perf/README.md, "Issue 21: prepacked weights"). The
+/// results are bitwise those of the unpacked products (the same kernel and
+/// reduction order: tests/unit/test_kernels_gemm.cpp, PackedWeights*). The
+/// packed copies (one per W and form, W's bytes each) are oneDNN memory,
+/// allocated at the first packing and kept while every scope uses their W
+/// (a steady-state step allocates nothing); the end of a scope drops those
+/// of the W it did not use. They are not in Kokkos' memory accounting.
+/// Throws std::invalid_argument as gemm_bias / gemm do.
+template <class T>
+void gemm_bias_weights(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias,
+                       Matrix<T> y);
+template <class T>
+void gemm_weights(const ExecSpace& space, Op ta, Op tw, T alpha, ConstMatrix<T> a, ConstMatrix<T> w, T beta,
+                  Matrix<T> c);
+
+/// While an object of this class lives, the caller promises that no matrix
+/// passed as `w` to gemm_bias_weights / gemm_weights changes (contents or
+/// lifetime): a training step between the optimizer updates
+/// (Pipeline::step holds one around the cell's forward and backward
+/// passes). Scopes nest (the outermost one counts); destroying the
+/// outermost one invalidates every packed copy, so weights may change
+/// freely outside. Not thread-safe: one host thread per process calls the
+/// seam.
+class FrozenWeights {
+ public:
+  FrozenWeights();
+  ~FrozenWeights();
+  FrozenWeights(const FrozenWeights&) = delete;
+  FrozenWeights& operator=(const FrozenWeights&) = delete;
+  /// The live outermost scope's number (nonzero, unique in the process), 0 outside any scope.
+  static std::uint64_t current();
+  /// Bytes of the packed copies this process holds (0 without oneDNN or
+  /// before the first packing), outside Kokkos' memory accounting.
+  static std::int64_t packed_bytes();
+};
+
 /// One operand of a strided-batched GEMM over a 2-level batch (outer,
 /// inner): matrix (o, i) is the row-major (rows, cols) matrix at
 /// data + o * outer_stride + i * inner_stride with leading dimension ld
