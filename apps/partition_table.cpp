@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
 #include "gpipe/pipeline/schedule.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe::app {
 
@@ -15,13 +18,13 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
     fmt::print("gpipe-train: {} ranks (cells), {} layers, precision {}, mini-batch {} in {} "
                "micro-batches, schedule {}, re-materialization {}\n",
                K, deck.model.layers.size(), deck.precision, deck.training.batch_size, M,
-               to_string(deck.pipeline.schedule), to_string(deck.pipeline.remat));
+               schedule_label(deck), remat_label(deck));
   else
     fmt::print("gpipe-train: {} ranks = {} replicas (D) x {} cells (K), {} layers, precision {}, "
                "mini-batch {} in {} shards of {} micro-batches, schedule {}, re-materialization {}\n"
                "  grid: {}; gradient reduction {} in {} KiB buckets\n",
                D * K, D, K, deck.model.layers.size(), deck.precision, deck.training.batch_size, D, M,
-               to_string(deck.pipeline.schedule), to_string(deck.pipeline.remat), t.grid.describe(),
+               schedule_label(deck), remat_label(deck), t.grid.describe(),
                deck.parallel.deterministic_reduction ? "deterministic (replica order)" : "MPI_Iallreduce",
                deck.parallel.bucket_kib);
   const auto costs = p.cell_costs(t.costs);
@@ -52,9 +55,12 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
                  s.output.str(), s.parameter_count());
     }
   }
-  fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble of {} = {:.3f}\n",
-             p.imbalance(t.costs), to_string(deck.pipeline.schedule),
-             bubble_fraction(deck.pipeline.schedule, K, M, deck.pipeline.chunks));
+  const double bubble = analytical_bubble(deck, K);  // NaN: a schedule file (no formula)
+  if (std::isnan(bubble))
+    fmt::print("  imbalance (max/mean cell cost) {:.3f}; schedule {}\n", p.imbalance(t.costs), schedule_label(deck));
+  else
+    fmt::print("  imbalance (max/mean cell cost) {:.3f}; bubble of {} = {:.3f}\n", p.imbalance(t.costs),
+               schedule_label(deck), bubble);
 }
 
 }  // namespace gpipe::app

@@ -186,8 +186,11 @@ double bubble_fraction(ScheduleKind kind, int cells, int micro_batches, int chun
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks) {
   if (chunks != 1 && kind != ScheduleKind::Interleaved1F1B)
     throw InputError(fmt::format("pipeline.chunks: {} chunks per rank need pipeline.schedule: interleaved_1f1b "
-                                 "(pipeline.schedule {} runs one stage per rank)",
-                                 chunks, to_string(kind)));
+                                 "(pipeline.schedule {} runs {})",
+                                 chunks, to_string(kind),
+                                 kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV
+                                     ? "two stages per rank in a V, fixed by the schedule"
+                                     : "one stage per rank"));
   switch (kind) {
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);

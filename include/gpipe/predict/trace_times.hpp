@@ -21,9 +21,12 @@ struct TraceTimes {
 /// Reads `path` (one replica: D = 1) and takes, per rank = cell, the median
 /// duration of its forward (kind 0), backward_input (9) or else fused
 /// backward (1), and backward_weights (10) events over every traced step
-/// but the first when there are more (the warm-up). Throws InputError naming
-/// `path` when it is not a gpipe trace, has D > 1, or a cell has no forward
-/// or backward event.
+/// but the first when there are more (the warm-up); a fill_drain trace's W
+/// event is the whole-batch W, so its micro-batch share, the median over M,
+/// is taken. Throws InputError naming `path` when it is not a gpipe trace,
+/// has D > 1, ran several stages per cell (zb_v, dualpipe_v, or a
+/// micro-batch's forward twice in one step: interleaved_1f1b with chunks >
+/// 1, a V-shaped schedule file), or a cell has no forward or backward event.
 TraceTimes read_trace_times(const std::string& path);
 
 /// --tune on measured times: ZB-H1 and greedy_zero_bubble (one stage per
