@@ -42,6 +42,21 @@ std::string stages_origin(const Deck& deck, int stages, int cells) {
 }
 }  // namespace
 
+void forward_only_layout(Deck& deck) {
+  auto& p = deck.pipeline;
+  const bool several = !p.schedule_file.empty() || p.chunks > 1 || p.schedule == ScheduleKind::ZbV ||
+                       p.schedule == ScheduleKind::DualPipeV;
+  if (several && p.balance == "explicit") {
+    p.balance = "params";
+    p.counts.clear();
+  }
+  p.schedule_file.clear();
+  p.schedule = ScheduleKind::FillDrain;
+  p.chunks = 1;
+  p.w_group = 1;
+  p.memory_budget = 0;
+}
+
 std::string schedule_label(const Deck& deck) {
   return deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.schedule)
                                              : "file " + deck.pipeline.schedule_file;

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -293,6 +294,88 @@ TEST(TuneTraceInputs, SeveralStagesPerCellAreErrors) {
                                       "cell (fill_drain, 1f1b, zero_bubble)");
   // interleaved_1f1b with one chunk (one stage per cell) reads.
   EXPECT_EQ(trace_error(write_trace("interleaved_1f1b", false)), "(no error)");
+}
+
+}  // namespace
+}  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+const char* kFiveLayers =
+    "model:\n  input: 4\n  layers: [{type: dense, units: 4}, {type: relu}, {type: dense, units: 4}, {type: relu}, "
+    "{type: dense, units: 2}]\n"
+    "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n";
+
+std::string plan_error(const Deck& deck, int ranks) {
+  try {
+    plan_run(deck, ranks);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// gpipe-infer builds its pipeline from the checkpoint's training deck: the
+// training schedule's keys made a forward pass fail (a schedule file absent
+// where it runs, dualpipe_v's M >= 2K, interleaved_1f1b's M a multiple of K).
+TEST(ForwardOnlyLayout, TrainingScheduleKeysDoNotStopAForwardPass) {
+  Deck file = parse_deck(std::string(kFiveLayers) +
+                             "training: {epochs: 1, batch_size: 8, micro_batches: 4}\n"
+                             "pipeline: {schedule_file: /nonexistent/gpipe_brk.yaml}\n",
+                         "deck.yaml");
+  EXPECT_EQ(plan_error(file, 2), "/nonexistent/gpipe_brk.yaml: cannot open schedule file (missing or unreadable)");
+  forward_only_layout(file);
+  EXPECT_EQ(plan_error(file, 2), "(no error)");
+  EXPECT_EQ(file.pipeline.schedule_file, "");
+  EXPECT_EQ(file.pipeline.schedule, ScheduleKind::FillDrain);
+
+  Deck v = parse_deck(std::string(kFiveLayers) +
+                          "training: {epochs: 1, batch_size: 8, micro_batches: 1}\n"
+                          "pipeline: {schedule: dualpipe_v, balance: [1, 1, 1, 2], w_group: 2, memory_budget: 1KiB}\n",
+                      "deck.yaml");
+  EXPECT_EQ(plan_error(v, 2), "training.micro_batches: dualpipe_v needs at least 2 x cells = 4 micro-batches "
+                              "(DualPipeV's warm-up), got 1");
+  forward_only_layout(v);
+  EXPECT_EQ(plan_error(v, 2), "(no error)");
+  EXPECT_EQ(plan_run(v, 2).partition.counts, (std::vector<int>{1, 4}));  // balance params: the first Dense alone
+  EXPECT_EQ(v.pipeline.w_group, 1);
+  EXPECT_EQ(v.pipeline.memory_budget, 0);
+
+  Deck il = parse_deck(std::string(kFiveLayers) +
+                           "training: {epochs: 1, batch_size: 8, micro_batches: 4}\n"
+                           "pipeline: {schedule: interleaved_1f1b, chunks: 2, balance: [1, 1, 1, 2]}\n",
+                       "deck.yaml");
+  EXPECT_EQ(plan_error(il, 3), "training.micro_batches: interleaved_1f1b with pipeline.chunks = 2 needs a multiple "
+                               "of the 3 pipeline cells, not 4");
+  forward_only_layout(il);
+  EXPECT_EQ(plan_error(il, 3), "(no error)");
+  EXPECT_EQ(il.pipeline.chunks, 1);
+  // One stage per cell: an explicit list stays.
+  Deck plain = parse_deck(std::string(kFiveLayers) +
+                              "training: {epochs: 1, batch_size: 8, micro_batches: 4}\n"
+                              "pipeline: {schedule: 1f1b, balance: [2, 3]}\n",
+                          "deck.yaml");
+  forward_only_layout(plain);
+  EXPECT_EQ(plan_run(plain, 2).partition.counts, (std::vector<int>{2, 3}));
+}
+
+// A run from a schedule file reports the file, not the deck's (unused)
+// pipeline.schedule, and no analytical bubble.
+TEST(ScheduleLabels, ScheduleFileRunsReportTheFile) {
+  Deck d = parse_deck(std::string(kFiveLayers) +
+                          "training: {epochs: 1, batch_size: 8, micro_batches: 4}\n"
+                          "pipeline: {schedule: 1f1b, remat: always}\n",
+                      "deck.yaml");
+  EXPECT_EQ(schedule_label(d), "1f1b");
+  EXPECT_EQ(remat_label(d), "always");
+  EXPECT_DOUBLE_EQ(analytical_bubble(d, 2), 1.0 / 5);  // (K - 1) / (M + K - 1)
+  d.pipeline.schedule = ScheduleKind::ZeroBubble;
+  EXPECT_DOUBLE_EQ(analytical_bubble(d, 2), 1.0 / 13);  // (K - 1) / (3M + K - 1)
+  d.pipeline.schedule_file = "s.yaml";
+  EXPECT_EQ(schedule_label(d), "file s.yaml");
+  EXPECT_EQ(remat_label(d), "from the schedule file");
+  EXPECT_TRUE(std::isnan(analytical_bubble(d, 2)));
 }
 
 }  // namespace

@@ -36,6 +36,18 @@ std::int64_t largest_micro_batch(const Deck& deck, int replicas);
 /// count comes from (check_stage_count).
 Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs, int pipeline_cells = 0);
 
+/// Makes `deck` (a checkpoint's training deck) describe a forward pass:
+/// the training schedule's keys do not apply to one, so pipeline.schedule
+/// becomes fill_drain with one stage per cell (chunks 1, w_group 1), a
+/// pipeline.schedule_file is dropped (it may be absent where gpipe-infer
+/// runs, or be for another K or M), a balance list for several stages per
+/// cell becomes `params`, and the training memory budget is lifted. The
+/// weights are per layer (as on a restart), so any layout reads them.
+/// Before this gpipe-infer failed on a checkpoint of a schedule-file run
+/// without the file, of dualpipe_v with --micro-batches below 2K, and of
+/// interleaved_1f1b on a rank count M is no multiple of.
+void forward_only_layout(Deck& deck);
+
 /// What a run of `deck` trains with, for its reports (partition table,
 /// warnings, run summary, trace header): "file PATH" when
 /// pipeline.schedule_file is set (as gpipe-plan's prediction says), else
