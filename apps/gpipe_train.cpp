@@ -687,9 +687,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     metrics.write(record("end", {{"epochs_this_job", reports.size()}}));
   }
   if (root && pipeline->skipped_steps() > 0)
-    spdlog::warn("{} steps were skipped for non-finite loss or gradients (training.nonfinite: "
-                 "skip_step)",
-                 pipeline->skipped_steps());
+    spdlog::warn("{} steps were skipped for {}", pipeline->skipped_steps(), gpipe::skipped_steps_reason(deck));
 
   const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
   const nlohmann::json memory = memory_report(deck, *pipeline);

@@ -57,6 +57,15 @@ void forward_only_layout(Deck& deck) {
   p.memory_budget = 0;
 }
 
+std::string skipped_steps_reason(const Deck& deck) {
+  const std::string nonfinite = "non-finite loss or gradients (training.nonfinite: skip_step)";
+  if (!precision_policy(deck.precision).loss_scaling) return nonfinite;
+  const std::string overflow = "fp16 gradient overflow (dynamic loss scaling, training.loss_scale*)";
+  return deck.training.nonfinite == NonFinite::SkipStep ? overflow + " or a non-finite loss (training.nonfinite: "
+                                                                     "skip_step)"
+                                                        : overflow;
+}
+
 std::string schedule_label(const Deck& deck) {
   return deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.schedule)
                                              : "file " + deck.pipeline.schedule_file;

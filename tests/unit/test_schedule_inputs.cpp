@@ -380,3 +380,25 @@ TEST(ScheduleLabels, ScheduleFileRunsReportTheFile) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// fp16's overflow skips were reported as "(training.nonfinite: skip_step)"
+// even with training.nonfinite: abort (an overflow is skipped whatever it says).
+TEST(SkippedStepsReason, NamesLossScalingInFp16) {
+  const auto reason = [](const std::string& precision, const std::string& nonfinite) {
+    return skipped_steps_reason(parse_deck(std::string(kFiveLayers) + "precision: " + precision +
+                                               "\ntraining: {epochs: 1, batch_size: 8, micro_batches: 4, nonfinite: " +
+                                               nonfinite + "}\n",
+                                           "deck.yaml"));
+  };
+  EXPECT_EQ(reason("fp16", "abort"), "fp16 gradient overflow (dynamic loss scaling, training.loss_scale*)");
+  EXPECT_EQ(reason("fp16", "skip_step"), "fp16 gradient overflow (dynamic loss scaling, training.loss_scale*) or a "
+                                         "non-finite loss (training.nonfinite: skip_step)");
+  EXPECT_EQ(reason("bf16", "skip_step"), "non-finite loss or gradients (training.nonfinite: skip_step)");
+  EXPECT_EQ(reason("float", "skip_step"), "non-finite loss or gradients (training.nonfinite: skip_step)");
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -48,6 +48,14 @@ Partition deck_partition(const Deck& deck, int cells, const std::vector<double>&
 /// interleaved_1f1b on a rank count M is no multiple of.
 void forward_only_layout(Deck& deck);
 
+/// Why a run of `deck` skips steps, for its reports (the epoch line, the
+/// end-of-run warning): "non-finite loss or gradients (training.nonfinite:
+/// skip_step)" in float, double and bf16; with fp16's loss scaling "fp16
+/// gradient overflow (dynamic loss scaling, training.loss_scale*)", plus
+/// " or a non-finite loss (training.nonfinite: skip_step)" when nonfinite
+/// is skip_step (an overflow is skipped whatever training.nonfinite says).
+std::string skipped_steps_reason(const Deck& deck);
+
 /// What a run of `deck` trains with, for its reports (partition table,
 /// warnings, run summary, trace header): "file PATH" when
 /// pipeline.schedule_file is set (as gpipe-plan's prediction says), else
