@@ -7,6 +7,7 @@
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/micro_batch.hpp"
 #include "gpipe/pipeline/schedule.hpp"
+#include "gpipe/pipeline/schedule_file.hpp"
 #include "gpipe/train/plan.hpp"
 
 namespace gpipe::app {
@@ -30,25 +31,37 @@ void print_partition_table(const Deck& deck, const PartitionTable& t) {
   const auto costs = p.cell_costs(t.costs);
   const auto shapes = model_shapes(deck.model);
   fmt::print("  input shape {}\n", deck.model.input_shape().str());
-  for (int k = 0; k < S; ++k) {  // one stage per cell, or K x pipeline.chunks stages, stage k on cell k mod K
+  // Stage k's cell: the schedule's stage map (interleaved_1f1b: k mod K; the
+  // V schedules: k, then back, 2K - 1 - k; a schedule file's rank_of_stage).
+  std::vector<int> stage_cell(static_cast<size_t>(S));
+  for (int k = 0; k < S; ++k) stage_cell[size_t(k)] = k % K;
+  if (S != K || !deck.pipeline.schedule_file.empty()) {
+    const Schedule schedule = deck_schedule(deck, K);  // checked already: the run's
+    if (int(schedule.rank_of_stage.size()) == S) stage_cell = schedule.rank_of_stage;
+  }
+  bool identity = S == K;  // stage k on cell k: the per-cell lines
+  for (int k = 0; k < S && identity; ++k) identity = stage_cell[size_t(k)] == k;
+  for (int k = 0; k < S; ++k) {  // one stage per cell, or several stages per cell (stage_cell)
     const int first = p.first_layer(k), count = p.counts[size_t(k)];
+    const size_t c = size_t(stage_cell[size_t(k)]);  // the cell's memory (a rank's, all its stages)
     const std::string memory =
-        size_t(k) < t.memory_bytes.size()
-            ? fmt::format(", memory {} ({} bytes){}", format_bytes(t.memory_bytes[size_t(k)]), t.memory_bytes[size_t(k)],
+        c < t.memory_bytes.size()
+            ? fmt::format(", {}memory {} ({} bytes){}", identity ? "" : "cell ", format_bytes(t.memory_bytes[c]),
+                          t.memory_bytes[c],
                           t.memory_budget > 0
                               ? fmt::format(" of the budget {} ({:.1f}%{})", format_bytes(t.memory_budget),
-                                            100.0 * double(t.memory_bytes[size_t(k)]) / double(t.memory_budget),
-                                            t.memory_bytes[size_t(k)] > t.memory_budget ? ", OVER" : "")
+                                            100.0 * double(t.memory_bytes[c]) / double(t.memory_budget),
+                                            t.memory_bytes[c] > t.memory_budget ? ", OVER" : "")
                               : std::string())
             : std::string();
-    if (S == K)
+    if (identity)
       fmt::print("  cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), activations {:.2f} MiB{}\n", k,
                  first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
                  double(t.activation_bytes[size_t(k)]) / (1 << 20), memory);
     else
-      fmt::print("  stage {} on cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), cell activations {:.2f} MiB\n",
-                 k, k % K, first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
-                 double(t.activation_bytes[size_t(k % K)]) / (1 << 20));
+      fmt::print("  stage {} on cell {}: layers {}-{} ({} layers), cost {:.4g} ({}), cell activations {:.2f} MiB{}\n",
+                 k, c, first, first + count - 1, count, costs[size_t(k)], t.cost_unit,
+                 double(t.activation_bytes[c]) / (1 << 20), memory);
     for (int l = first; l < first + count; ++l) {
       const auto& s = shapes[size_t(l)];
       fmt::print("    layer {:>2} {:<17} output {:<16} {:>9} parameters\n", l, s.type(),
