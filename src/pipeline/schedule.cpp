@@ -203,6 +203,13 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
 }
 
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks, int w_group) {
+  const bool has_w = kind == ScheduleKind::ZeroBubble || kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV;
+  if (w_group != 1 && w_group >= 1 && !has_w)  // name the deck's schedule (group_weights sees only ops)
+    throw InputError(fmt::format("pipeline.w_group: {} needs a schedule with W ops (zero_bubble, zb_v or "
+                                 "dualpipe_v); pipeline.schedule {} has none{}",
+                                 w_group, to_string(kind),
+                                 kind == ScheduleKind::FillDrain ? " (fill_drain's whole-batch W is one GEMM already)"
+                                                                 : ""));
   return group_weights(make_schedule(kind, cells, micro_batches, remat, chunks), w_group);
 }
 

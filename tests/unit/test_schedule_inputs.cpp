@@ -402,3 +402,32 @@ TEST(SkippedStepsReason, NamesLossScalingInFp16) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// pipeline.w_group on a schedule without W ops named fill_drain (and
+// offered schedule files, which reject w_group) whatever the schedule was.
+TEST(GroupedWInputs, ErrorNamesTheDecksSchedule) {
+  const auto error = [](ScheduleKind kind, int chunks) {
+    try {
+      make_schedule(kind, 2, 4, Remat::Never, chunks, 2);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(error(ScheduleKind::OneFOneB, 1),
+            "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v or dualpipe_v); pipeline.schedule "
+            "1f1b has none");
+  EXPECT_EQ(error(ScheduleKind::Interleaved1F1B, 2),
+            "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v or dualpipe_v); pipeline.schedule "
+            "interleaved_1f1b has none");
+  EXPECT_EQ(error(ScheduleKind::FillDrain, 1),
+            "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v or dualpipe_v); pipeline.schedule "
+            "fill_drain has none (fill_drain's whole-batch W is one GEMM already)");
+  EXPECT_EQ(error(ScheduleKind::ZbV, 1), "(no error)");
+}
+
+}  // namespace
+}  // namespace gpipe
