@@ -23,6 +23,7 @@
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/io/deck.hpp"
+#include "gpipe/train/plan.hpp"
 #include "gpipe/io/predictions.hpp"
 #include "gpipe/train/pipeline.hpp"
 
@@ -275,6 +276,7 @@ int main(int argc, char** argv) {
         if (o.micro_batches > 0)
           sets.push_back("training.micro_batches=" + std::to_string(o.micro_batches));
         deck = gpipe::parse_deck(info.deck, o.checkpoint + " (deck)", sets);
+        gpipe::forward_only_layout(deck);
       }))
     return kExitInputError;
   return gpipe::app::abort_on_error("gpipe-infer", rank, [&] {

@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
   app.add_option("--costs", o.costs, "Predict with the layer times of a --calibrate file")
       ->excludes(calibrate_option);
   app.add_option("--schedule", o.schedule,
-                 "Predict (or --print) this schedule instead of the deck's: fill_drain, 1f1b, zero_bubble, zb_v, "
-                 "dualpipe_v");
+                 "Predict (or --print) this schedule instead of the deck's: fill_drain, 1f1b, zero_bubble, "
+                 "interleaved_1f1b (with --set pipeline.chunks=V), zb_v, dualpipe_v");
   app.add_flag("--print", o.print,
                "Write the schedule's op lists to stdout as a schedule file (docs/file-formats.md, "
                "\"Schedule files\"; one line per op: rank, stage, kind, micro-batch) instead of predicting");

@@ -206,11 +206,13 @@ nlohmann::json figure(double value) {
 // fraction of the deck's own schedule (pipeline/schedule.hpp).
 void warn_bubble(const gpipe::Deck& deck, int cells) {
   const int M = deck.training.micro_batches;
+  const double bubble = gpipe::analytical_bubble(deck, cells);  // NaN: a schedule file
   if (cells > 1 && M < 4 * cells)
-    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble ({} idle "
-                 "fraction {:.2f}) is not negligible (GPipe's rule: M >= 4K)",
-                 M, cells, gpipe::to_string(deck.pipeline.schedule),
-                 gpipe::bubble_fraction(deck.pipeline.schedule, cells, M, deck.pipeline.chunks));
+    spdlog::warn("training.micro_batches = {} < 4 x {} cells: the pipeline bubble ({}) is not negligible "
+                 "(GPipe's rule: M >= 4K)",
+                 M, cells,
+                 std::isnan(bubble) ? gpipe::schedule_label(deck)
+                                    : fmt::format("{} idle fraction {:.2f}", gpipe::schedule_label(deck), bubble));
 }
 
 template <class T>
@@ -348,7 +350,7 @@ nlohmann::json start_event(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pi
           {"replicas", grid.replicas},
           {"cells", grid.cells},
           {"layout", grid.layout()},
-          {"schedule", gpipe::to_string(deck.pipeline.schedule)},
+          {"schedule", gpipe::schedule_label(deck)},
           {"micro_batches", deck.training.micro_batches},
           {"batch_size", deck.training.batch_size},
           {"epochs", deck.training.epochs},
@@ -450,11 +452,11 @@ nlohmann::json summary(const gpipe::Deck& deck, const gpipe::Pipeline<T>& pipeli
   j["epochs"] = deck.training.epochs;
   j["batch_size"] = deck.training.batch_size;
   j["micro_batches"] = M;
-  j["remat"] = gpipe::to_string(deck.pipeline.remat);
-  j["schedule"] = gpipe::to_string(deck.pipeline.schedule);
+  j["remat"] = gpipe::remat_label(deck);
+  j["schedule"] = gpipe::schedule_label(deck);
   j["partition"] = p.counts;
   j["imbalance"] = p.imbalance(pipeline.costs());
-  j["bubble_fraction_analytical"] = gpipe::bubble_fraction(deck.pipeline.schedule, K, M, deck.pipeline.chunks);
+  j["bubble_fraction_analytical"] = gpipe::analytical_bubble(deck, K);
   if (!deck.trace.file.empty()) {
     j["bubble_fraction_measured"] = trace.measured_bubble();
     j["trace"] = deck.trace.file;
@@ -685,9 +687,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     metrics.write(record("end", {{"epochs_this_job", reports.size()}}));
   }
   if (root && pipeline->skipped_steps() > 0)
-    spdlog::warn("{} steps were skipped for non-finite loss or gradients (training.nonfinite: "
-                 "skip_step)",
-                 pipeline->skipped_steps());
+    spdlog::warn("{} steps were skipped for {}", pipeline->skipped_steps(), gpipe::skipped_steps_reason(deck));
 
   const auto trace = gpipe::gather_trace(pipeline->tracer(), MPI_COMM_WORLD);
   const nlohmann::json memory = memory_report(deck, *pipeline);
@@ -709,16 +709,19 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
     header.placement = gpipe::to_string(pipeline->grid().placement);
     header.micro_batches = deck.training.micro_batches;
     header.batch_size = deck.training.batch_size;
-    header.remat = gpipe::to_string(deck.pipeline.remat);
-    header.schedule = gpipe::to_string(deck.pipeline.schedule);
+    header.remat = gpipe::remat_label(deck);
+    header.schedule = gpipe::schedule_label(deck);
     header.deck = deck.path;
     header.bubble_fraction_analytical =
-        gpipe::bubble_fraction(deck.pipeline.schedule, header.cells, header.micro_batches, deck.pipeline.chunks);
+        gpipe::analytical_bubble(deck, header.cells);
     header.run_record = run.dump();
     gpipe::write_trace_file(deck.trace.file, header, trace);
     if (!options.quiet)
-      fmt::print("trace written to {} (measured bubble {:.3f}, analytical {:.3f})\n", deck.trace.file,
-                 trace.measured_bubble(), header.bubble_fraction_analytical);
+      fmt::print("trace written to {} (measured bubble {:.3f}, analytical {})\n", deck.trace.file,
+                 trace.measured_bubble(),
+                 std::isnan(header.bubble_fraction_analytical)
+                     ? std::string("none: a schedule file")
+                     : fmt::format("{:.3f}", header.bubble_fraction_analytical));
   }
   const auto boundary = pipeline->gather_boundary_bytes();  // collective: every rank
   if (stopped_by != 0) {

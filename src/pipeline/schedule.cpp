@@ -186,8 +186,11 @@ double bubble_fraction(ScheduleKind kind, int cells, int micro_batches, int chun
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks) {
   if (chunks != 1 && kind != ScheduleKind::Interleaved1F1B)
     throw InputError(fmt::format("pipeline.chunks: {} chunks per rank need pipeline.schedule: interleaved_1f1b "
-                                 "(pipeline.schedule {} runs one stage per rank)",
-                                 chunks, to_string(kind)));
+                                 "(pipeline.schedule {} runs {})",
+                                 chunks, to_string(kind),
+                                 kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV
+                                     ? "two stages per rank in a V, fixed by the schedule"
+                                     : "one stage per rank"));
   switch (kind) {
     case ScheduleKind::FillDrain: return fill_drain(cells, micro_batches, remat);
     case ScheduleKind::OneFOneB: return one_f_one_b(cells, micro_batches, remat);
@@ -200,6 +203,13 @@ Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat re
 }
 
 Schedule make_schedule(ScheduleKind kind, int cells, int micro_batches, Remat remat, int chunks, int w_group) {
+  const bool has_w = kind == ScheduleKind::ZeroBubble || kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV;
+  if (w_group != 1 && w_group >= 1 && !has_w)  // name the deck's schedule (group_weights sees only ops)
+    throw InputError(fmt::format("pipeline.w_group: {} needs a schedule with W ops (zero_bubble, zb_v or "
+                                 "dualpipe_v); pipeline.schedule {} has none{}",
+                                 w_group, to_string(kind),
+                                 kind == ScheduleKind::FillDrain ? " (fill_drain's whole-batch W is one GEMM already)"
+                                                                 : ""));
   return group_weights(make_schedule(kind, cells, micro_batches, remat, chunks), w_group);
 }
 

@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -50,7 +51,11 @@ void write_schedule(std::ostream& out, const Schedule& s, const std::string& nam
       << "# kind F forward, R recompute, B backward, I input-gradient half, W weight-gradient half, G whole-batch W;"
       << " a grouped W [rank, stage, W, first micro-batch, count]\n";
   out << "format: " << kFormat << "\n";
-  out << "name: " << (name.empty() ? "unnamed" : name) << "\n";
+  // The name through yaml-cpp's emitter: quoted where YAML needs it (a
+  // tuned schedule's "tuned: ..." holds ": ").
+  YAML::Emitter quoted;
+  quoted << (name.empty() ? std::string("unnamed") : name);
+  out << "name: " << quoted.c_str() << "\n";
   out << fmt::format("cells: {}\nstages: {}\nmicro_batches: {}\n", s.cells, s.stages, s.micro_batches);
   out << "rank_of_stage: [" << fmt::format("{}", fmt::join(s.rank_of_stage, ", ")) << "]\n";
   out << "rematerialized: [";
@@ -73,8 +78,14 @@ Schedule parse_schedule_file(const std::string& text, const std::string& source)
   if (!root.IsMap()) throw InputError(fmt::format("{}: expected a schedule file (a map with format: {})", source, kFormat));
   const std::set<std::string> known{"format", "name", "cells", "stages", "micro_batches", "rank_of_stage",
                                     "rematerialized", "ops"};
+  std::map<std::string, YAML::Node> seen;
   for (const auto& kv : root) {
     const auto key = kv.first.as<std::string>();
+    const auto first = seen.find(key);
+    if (first != seen.end())  // yaml-cpp keeps the first silently
+      throw InputError(fmt::format("{}: {}: duplicate key (first given at {}; a key may appear once)",
+                                   where(source, kv.first), key, where(source, first->second)));
+    seen.emplace(key, kv.first);
     if (!known.count(key))
       throw InputError(fmt::format("{}: unknown key '{}' (expected format, name, cells, stages, micro_batches, "
                                    "rank_of_stage, rematerialized, ops)",
@@ -160,6 +171,13 @@ Schedule deck_schedule(const Deck& deck, int cells) {
     throw InputError(fmt::format("{}: pipeline.schedule_file: the schedule is for {} ranks and {} micro-batches, "
                                  "the run has K = {} and training.micro_batches = {}",
                                  path, s.cells, s.micro_batches, cells, M));
+  bool backward = false;
+  for (const auto& ops : s.ops)
+    for (const Op& op : ops) backward = backward || op.kind != OpKind::Forward && op.kind != OpKind::Recompute;
+  if (!backward)  // check_schedule accepts it (a forward-only schedule); training with it would train nothing
+    throw InputError(fmt::format("{}: pipeline.schedule_file: the schedule has no backward op (F only: it would train "
+                                 "nothing); training needs B, or I and W, of every stage and micro-batch",
+                                 path));
   return s;
 }
 

@@ -70,7 +70,7 @@ Deck partitioned_deck(const Deck& deck, int ranks, const PredictOptions& options
   }
   Deck out = deck;
   out.pipeline.balance = "explicit";
-  out.pipeline.counts = deck_partition(deck, deck_schedule(deck, grid.cells).stages, costs).counts;
+  out.pipeline.counts = deck_partition(deck, deck_schedule(deck, grid.cells).stages, costs, grid.cells).counts;
   return out;
 }
 

@@ -27,6 +27,7 @@ double median(std::vector<double> v) {
 struct Row {
   std::int64_t step;
   std::int8_t kind;
+  std::int32_t micro_batch;
   double start, end;
 };
 
@@ -45,6 +46,14 @@ TraceTimes read_trace_times(const std::string& path) {
   if (h5::has_attribute(f.get(), "schedule")) t.schedule = h5::read_string_attribute(f.get(), "schedule");
   if (h5::has_attribute(f.get(), "replicas") && h5::read_int_attribute(f.get(), "replicas") != 1)
     fail("--tune-trace needs a trace of one replica (D = 1)");
+  // One stage per cell: the V schedules run two on every cell (their events
+  // mix both stages' times); interleaved_1f1b and schedule files are checked
+  // per event below (a micro-batch's forward twice in one step).
+  if (t.schedule == "zb_v" || t.schedule == "dualpipe_v")
+    fail(fmt::format("--tune-trace takes a trace of one stage per cell (fill_drain, 1f1b, zero_bubble); this trace "
+                     "ran {}, two stages per cell",
+                     t.schedule));
+  const bool stage_check = t.schedule != "fill_drain" && t.schedule != "1f1b" && t.schedule != "zero_bubble";
   for (int r = 0; r < t.cells; ++r) {
     const std::string name = fmt::format("/rank_{:04d}/events", r);
     const h5::Handle d = h5::dataset(H5Dopen2(f.get(), name.c_str(), H5P_DEFAULT));
@@ -57,11 +66,13 @@ TraceTimes read_trace_times(const std::string& path) {
     const h5::Handle mem = h5::datatype(H5Tcreate(H5T_COMPOUND, sizeof(Row)));
     H5Tinsert(mem.get(), "step", HOFFSET(Row, step), H5T_NATIVE_INT64);
     H5Tinsert(mem.get(), "kind", HOFFSET(Row, kind), kind_native.get());
+    if (H5Tget_member_index(file_type.get(), "micro_batch") >= 0)
+      H5Tinsert(mem.get(), "micro_batch", HOFFSET(Row, micro_batch), H5T_NATIVE_INT32);
     H5Tinsert(mem.get(), "start", HOFFSET(Row, start), H5T_NATIVE_DOUBLE);
     H5Tinsert(mem.get(), "end", HOFFSET(Row, end), H5T_NATIVE_DOUBLE);
     const h5::Handle space = h5::dataspace(H5Dget_space(d.get()));
     const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-    std::vector<Row> rows(size_t(std::max<hssize_t>(n, 0)));
+    std::vector<Row> rows(size_t(std::max<hssize_t>(n, 0)), Row{0, 0, -1, 0, 0});
     if (n > 0 && H5Dread(d.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
       fail(fmt::format("cannot read {}", name));
     std::set<std::int64_t> steps;
@@ -80,8 +91,15 @@ TraceTimes read_trace_times(const std::string& path) {
       if (EventKind(e.kind) == EventKind::BackwardWeights) ++per_step[e.step].second;
     }
     std::vector<double> f_, i_, b_, w_;
+    std::set<std::pair<std::int64_t, std::int32_t>> seen_forwards;  // (step, micro-batch) of every F
     for (const Row& e : rows) {
       if (skip_first && e.step == first) continue;
+      if (stage_check && EventKind(e.kind) == EventKind::Forward && e.micro_batch >= 0 &&
+          !seen_forwards.insert({e.step, e.micro_batch}).second)
+        fail(fmt::format("rank {} runs the forward of micro-batch {} twice in step {} (several stages per cell; "
+                         "schedule {}): --tune-trace takes a trace of one stage per cell (fill_drain, 1f1b, "
+                         "zero_bubble)",
+                         r, e.micro_batch, e.step, t.schedule));
       const double s = e.end - e.start;
       switch (EventKind(e.kind)) {
         case EventKind::Forward: f_.push_back(s); break;
@@ -98,7 +116,7 @@ TraceTimes read_trace_times(const std::string& path) {
     if (f_.empty() || (i_.empty() && b_.empty())) fail(fmt::format("rank {} has no forward or backward event", r));
     t.forward.push_back(median(f_));
     t.backward_input.push_back(i_.empty() ? median(b_) : median(i_));
-    t.backward_weights.push_back(w_.empty() ? 0.0 : median(w_));
+    t.backward_weights.push_back(w_.empty() ? 0.0 : median(w_));  // per micro-batch (above)
   }
   return t;
 }

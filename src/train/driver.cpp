@@ -172,7 +172,10 @@ void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
     notes += fmt::format(" (train metrics over {} of the epoch's {} samples)", r.train_metric_samples,
                          epoch_samples);
   if (r.skipped_steps > 0)
-    notes += fmt::format(" ({} steps skipped: non-finite values)", r.skipped_steps);
+    notes += fmt::format(" ({} steps skipped: {})", r.skipped_steps,
+                         precision_policy(pipeline_.deck().precision).loss_scaling
+                             ? "fp16 gradient overflow or non-finite values"
+                             : "non-finite values");
   *log_ << fmt::format("epoch {}/{}: train loss {}, test loss {}, {}, {:.0f} "
                        "samples/s, {:.1f} s{}\n",
                        r.epoch, pipeline_.deck().training.epochs,

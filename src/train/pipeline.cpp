@@ -52,35 +52,46 @@ void add_tied(const ExecSpace& space, Kokkos::View<T*, MemSpace> de, Kokkos::Vie
 template <class T>
 Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     : deck_(deck), shape_(checked_grid(deck, comm)), comm_(comm), grid_(comm_.get(), shape_) {
-  kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
-  set_wait_policy(deck.pipeline.wait_sleep ? WaitPolicy::Sleep : WaitPolicy::Spin);  // pipeline.wait
-  (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
-  precision_ = precision_policy(deck.precision, deck.path + ": precision");
-  if (precision_.master_bytes() != int(sizeof(T)))  // with_scalar picks T from the policy
-    throw InputError(fmt::format("{}: precision: {} keeps {} master weights; this is a {}-byte pipeline", deck.path,
-                                 deck.precision, name(precision_.master), sizeof(T)));
-  kernels::set_compute_format(precision_.compute);  // the seam rounds operands (bf16 / fp16); before any timing
-  if (precision_.loss_scaling)
-    scaler_ = LossScaler(deck.training.loss_scale, deck.training.loss_scale_growth_interval,
-                         deck.training.loss_scale_growth, deck.training.loss_scale_backoff);
   const int K = shape_.cells, D = shape_.replicas, M = deck.training.micro_batches;
   const int L = int(deck.model.layers.size());
-  // The schedule (pipeline.schedule_file, else the generator), checked on
-  // every rank before any traffic: a bad file or op list is the same
-  // InputError everywhere, naming the file and its first bad op.
-  const Schedule schedule = deck_schedule(deck, K);
+  // Rank-local checks, agreed before the pipeline's first collective: a
+  // schedule file (or deck setting) that one rank cannot read or rejects
+  // stops every rank with that rank's error instead of leaving the others
+  // waiting in layer_costs or the cell's communicator set-up.
+  Schedule schedule;
+  gpipe::agreed(comm_.get(), [&] {
+    kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
+    set_wait_policy(deck.pipeline.wait_sleep ? WaitPolicy::Sleep : WaitPolicy::Spin);  // pipeline.wait
+    (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
+    precision_ = precision_policy(deck.precision, deck.path + ": precision");
+    if (precision_.master_bytes() != int(sizeof(T)))  // with_scalar picks T from the policy
+      throw InputError(fmt::format("{}: precision: {} keeps {} master weights; this is a {}-byte pipeline", deck.path,
+                                   deck.precision, name(precision_.master), sizeof(T)));
+    kernels::set_compute_format(precision_.compute);  // the seam rounds operands (bf16 / fp16); before any timing
+    if (precision_.loss_scaling)
+      scaler_ = LossScaler(deck.training.loss_scale, deck.training.loss_scale_growth_interval,
+                           deck.training.loss_scale_growth, deck.training.loss_scale_backoff);
+    // The schedule (pipeline.schedule_file, else the generator), checked on
+    // every rank before any traffic, naming the file and its first bad op.
+    schedule = deck_schedule(deck, K);
+    check_message_tags(comm_.get(), M, schedule.stages);
+    if (schedule.stages > L) check_stage_count(deck, schedule.stages, K);  // throws: more stages than layers
+  });
+  // Every rank runs the op lists of one schedule: a schedule file that
+  // differs between ranks (a node-local copy) would deadlock the first step.
+  check_same_schedule(schedule, deck, comm_.get());
   const int S = schedule.stages;  // K x chunks (interleaved_1f1b), 2K (zb_v, dualpipe_v), or the file's
-  check_message_tags(comm_.get(), M, S);  // the same on every rank: before any collective
   const std::int64_t shard = largest_shard(deck, D);
   const std::int64_t micro = largest_micro_batch(deck, D);
   // "explicit" reports flops; "time" is measured on rank 0 and broadcast.
   const std::string mode = deck.pipeline.balance == "explicit" ? "flops" : deck.pipeline.balance;
-  if (S > L) balance_min_max(std::vector<double>(size_t(L), 1.0), S);  // throws: S > L
   costs_ = layer_costs<T>(deck.model, mode, micro, comm_.get());
-  partition_ = deck_partition(deck, S, costs_);  // by stage
-  tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
-  if (deck.pipeline.memory_budget > 0)  // the same verdict on every rank, from the deck
-    check_memory_budget(cell_memory(deck, partition_, D, K), deck.pipeline.memory_budget, shape_);
+  gpipe::agreed(comm_.get(), [&] {
+    partition_ = deck_partition(deck, S, costs_, K);  // by stage
+    tied_ = tied_layers(deck.model);  // throws InputError (the same on every rank) for a bad tie
+    if (deck.pipeline.memory_budget > 0)  // the same verdict on every rank, from the deck
+      check_memory_budget(cell_memory(deck, partition_, D, K), deck.pipeline.memory_budget, shape_);
+  });
   CellOptions options;
   options.max_batch = shard;
   options.micro_batches = M;

@@ -1,4 +1,13 @@
 #include "gpipe/train/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include "gpipe/core/agreed.hpp"
+#include "gpipe/core/error.hpp"
 #include "gpipe/core/precision.hpp"
 
 #include "gpipe/pipeline/schedule_file.hpp"
@@ -18,10 +27,104 @@ std::int64_t largest_micro_batch(const Deck& deck, int replicas) {
   return (largest_shard(deck, replicas) + M - 1) / M;
 }
 
-Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs) {
+namespace {
+// Where the S stages of a K-cell run come from ("" for one stage per cell).
+std::string stages_origin(const Deck& deck, int stages, int cells) {
+  if (!deck.pipeline.schedule_file.empty())
+    return fmt::format("{} stages (pipeline.schedule_file {} on {} cells)", stages, deck.pipeline.schedule_file,
+                       cells);
+  if (stages == cells) return "";
+  if (deck.pipeline.chunks > 1)
+    return fmt::format("{} stages (pipeline.chunks = {} on {} cells)", stages, deck.pipeline.chunks, cells);
+  return fmt::format("{} stages (pipeline.schedule {}: {} per cell on {} cells)", stages,
+                     to_string(deck.pipeline.schedule), stages % cells == 0 && stages / cells == 2 ? "two" : "several",
+                     cells);
+}
+}  // namespace
+
+void forward_only_layout(Deck& deck) {
+  auto& p = deck.pipeline;
+  const bool several = !p.schedule_file.empty() || p.chunks > 1 || p.schedule == ScheduleKind::ZbV ||
+                       p.schedule == ScheduleKind::DualPipeV;
+  if (several && p.balance == "explicit") {
+    p.balance = "params";
+    p.counts.clear();
+  }
+  p.schedule_file.clear();
+  p.schedule = ScheduleKind::FillDrain;
+  p.chunks = 1;
+  p.w_group = 1;
+  p.memory_budget = 0;
+}
+
+std::string skipped_steps_reason(const Deck& deck) {
+  const std::string nonfinite = "non-finite loss or gradients (training.nonfinite: skip_step)";
+  if (!precision_policy(deck.precision).loss_scaling) return nonfinite;
+  const std::string overflow = "fp16 gradient overflow (dynamic loss scaling, training.loss_scale*)";
+  return deck.training.nonfinite == NonFinite::SkipStep ? overflow + " or a non-finite loss (training.nonfinite: "
+                                                                     "skip_step)"
+                                                        : overflow;
+}
+
+std::string schedule_label(const Deck& deck) {
+  return deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.schedule)
+                                             : "file " + deck.pipeline.schedule_file;
+}
+
+std::string remat_label(const Deck& deck) {
+  return deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.remat) : "from the schedule file";
+}
+
+double analytical_bubble(const Deck& deck, int cells) {
+  if (!deck.pipeline.schedule_file.empty()) return std::numeric_limits<double>::quiet_NaN();
+  return bubble_fraction(deck.pipeline.schedule, cells, deck.training.micro_batches, deck.pipeline.chunks);
+}
+
+void check_stage_count(const Deck& deck, int stages, int cells) {
   const int L = int(deck.model.layers.size());
+  if (stages <= L) return;
+  const std::string origin = stages_origin(deck, stages, cells);
+  if (origin.empty()) {
+    balance_min_max(std::vector<double>(size_t(L), 1.0), stages);  // the one-stage-per-cell message
+    return;
+  }
+  const int per_cell = cells > 0 && stages % cells == 0 ? stages / cells : 0;
+  throw InputError(fmt::format("pipeline: {} but the model has only {} layers; every stage needs at least one layer{}",
+                               origin, L,
+                               deck.pipeline.schedule_file.empty() && per_cell > 0
+                                   ? fmt::format(" (run with at most {} cells)", L / per_cell)
+                                   : std::string()));
+}
+
+Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs, int pipeline_cells) {
+  const int L = int(deck.model.layers.size());
+  if (pipeline_cells > 0) {
+    check_stage_count(deck, cells, pipeline_cells);
+    const std::string origin = stages_origin(deck, cells, pipeline_cells);
+    if (deck.pipeline.balance == "explicit" && !origin.empty() && int(deck.pipeline.counts.size()) != cells)
+      throw InputError(fmt::format("pipeline.balance: the list has {} entries but the pipeline has {}; give one "
+                                   "layer count per stage",
+                                   deck.pipeline.counts.size(), origin));
+  }
   if (deck.pipeline.balance == "explicit") return explicit_partition(deck.pipeline.counts, L, cells);
   return balance_min_max(costs, cells);
+}
+
+void check_same_schedule(const Schedule& schedule, const Deck& deck, MPI_Comm comm) {
+  std::ostringstream text;
+  write_schedule(text, schedule, "");
+  std::uint64_t mine = std::hash<std::string>{}(text.str()), root = mine;
+  MPI_Bcast(&root, 1, MPI_UINT64_T, 0, comm);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const std::string what = deck.pipeline.schedule_file.empty()
+                               ? fmt::format("pipeline.schedule {}", to_string(deck.pipeline.schedule))
+                               : fmt::format("pipeline.schedule_file {}", deck.pipeline.schedule_file);
+  throw_agreed(agree(mine == root ? 0 : 1,
+                     fmt::format("{}: rank {} holds another schedule than rank 0 (every rank reads the file: it must "
+                                 "be the same file on every rank)",
+                                 what, rank),
+                     comm));
 }
 
 RunPlan plan_run(const Deck& deck, int ranks) {
@@ -40,7 +143,7 @@ RunPlan plan_run(const Deck& deck, int ranks) {
   // By stage: the schedule's (K x chunks, 2K for the V schedules, or a
   // schedule file's), checked (deck_schedule throws naming its first bad op).
   const Schedule schedule = deck_schedule(deck, K);
-  plan.partition = deck_partition(deck, schedule.stages, plan.costs);
+  plan.partition = deck_partition(deck, schedule.stages, plan.costs, K);
   CellOptions options;
   options.custom_schedule = schedule;
   options.max_batch = largest_shard(deck, D);

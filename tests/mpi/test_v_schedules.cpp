@@ -199,8 +199,8 @@ TEST(GroupedW, ErrorsNameTheKey) {
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v, dualpipe_v or a schedule file with "
-              "W ops); this one has none (fill_drain's whole-batch W is one GEMM already)");
+              "pipeline.w_group: 2 needs a schedule with W ops (zero_bubble, zb_v or dualpipe_v); pipeline.schedule "
+              "1f1b has none");
   }
 }
 

@@ -38,7 +38,8 @@ Schedule load_schedule(const std::string& path);
 /// micro_batches must be `cells` and training.micro_batches, else
 /// InputError naming the file and pipeline.schedule_file; its
 /// rematerialized list replaces pipeline.remat, and pipeline.chunks is not
-/// used; pipeline.w_group other than 1 is an InputError naming the file),
+/// used; pipeline.w_group other than 1 and a file without any backward op
+/// (forward-only: it would train nothing) are InputErrors naming the file),
 /// else make_schedule(pipeline.schedule, cells, training.micro_batches,
 /// pipeline.remat, pipeline.chunks, pipeline.w_group). Either
 /// way the result has passed check_schedule, so a runner may start traffic.

@@ -26,9 +26,11 @@ struct TraceTimes {
 /// whole-batch W) counts per micro-batch: its duration x the step's W
 /// events / the step's forward events on that rank (one forward per
 /// micro-batch and stage), i.e. / w_group (/ M for a whole-batch W; an
-/// uneven last group is averaged in). Throws InputError naming
-/// `path` when it is not a gpipe trace, has D > 1, or a cell has no forward
-/// or backward event.
+/// uneven last group is averaged in). Throws InputError naming `path` when
+/// it is not a gpipe trace, has D > 1, ran several stages per cell (zb_v,
+/// dualpipe_v, or a micro-batch's forward twice in one step:
+/// interleaved_1f1b with chunks > 1, a V-shaped schedule file), or a cell
+/// has no forward or backward event.
 TraceTimes read_trace_times(const std::string& path);
 
 /// --tune on measured times: ZB-H1 and greedy_zero_bubble (one stage per

@@ -4,12 +4,15 @@
 // activation bytes. Pipeline builds exactly this; `gpipe-train --check`
 // prints it without initializing MPI or Kokkos (a login node, no GPU).
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gpipe/io/deck.hpp"
 #include "gpipe/model/partition.hpp"
+#include "gpipe/pipeline/schedule.hpp"
 #include "gpipe/parallel/grid.hpp"
 #include "gpipe/train/memory.hpp"
 
@@ -27,7 +30,64 @@ std::int64_t largest_micro_batch(const Deck& deck, int replicas);
 /// mode minimizes the largest cell's cost over `costs` (size L, layer order;
 /// balance_min_max). Throws InputError for more cells than layers and for an
 /// explicit list that does not fit (see explicit_partition).
-Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs);
+/// With `pipeline_cells` = K > 0 the `cells` are the stages of a K-cell
+/// pipeline (K x pipeline.chunks, 2K for zb_v / dualpipe_v, or a schedule
+/// file's `stages`) and the errors name them as stages and say where their
+/// count comes from (check_stage_count).
+Partition deck_partition(const Deck& deck, int cells, const std::vector<double>& costs, int pipeline_cells = 0);
+
+/// Makes `deck` (a checkpoint's training deck) describe a forward pass:
+/// the training schedule's keys do not apply to one, so pipeline.schedule
+/// becomes fill_drain with one stage per cell (chunks 1, w_group 1), a
+/// pipeline.schedule_file is dropped (it may be absent where gpipe-infer
+/// runs, or be for another K or M), a balance list for several stages per
+/// cell becomes `params`, and the training memory budget is lifted. The
+/// weights are per layer (as on a restart), so any layout reads them.
+/// Before this gpipe-infer failed on a checkpoint of a schedule-file run
+/// without the file, of dualpipe_v with --micro-batches below 2K, and of
+/// interleaved_1f1b on a rank count M is no multiple of.
+void forward_only_layout(Deck& deck);
+
+/// Why a run of `deck` skips steps, for its reports (the epoch line, the
+/// end-of-run warning): "non-finite loss or gradients (training.nonfinite:
+/// skip_step)" in float, double and bf16; with fp16's loss scaling "fp16
+/// gradient overflow (dynamic loss scaling, training.loss_scale*)", plus
+/// " or a non-finite loss (training.nonfinite: skip_step)" when nonfinite
+/// is skip_step (an overflow is skipped whatever training.nonfinite says).
+std::string skipped_steps_reason(const Deck& deck);
+
+/// What a run of `deck` trains with, for its reports (partition table,
+/// warnings, run summary, trace header): "file PATH" when
+/// pipeline.schedule_file is set (as gpipe-plan's prediction says), else
+/// the name of pipeline.schedule.
+std::string schedule_label(const Deck& deck);
+
+/// The re-materialization a run of `deck` uses, for its reports:
+/// "from the schedule file" when pipeline.schedule_file is set (its
+/// rematerialized list replaces pipeline.remat), else pipeline.remat's name.
+std::string remat_label(const Deck& deck);
+
+/// The analytical idle fraction of the deck's schedule on `cells` cells
+/// (bubble_fraction); NaN for a schedule file, which has no formula (JSON
+/// writes null).
+double analytical_bubble(const Deck& deck, int cells);
+
+/// Throws InputError when the `stages` stages of a `cells`-cell pipeline
+/// of `deck` outnumber its layers (every stage needs one): with one stage
+/// per cell "pipeline: 6 cells (MPI ranks) but the model has only 5 layers;
+/// ...", else naming the stages' origin, e.g. "pipeline: 6 stages
+/// (pipeline.schedule zb_v: two per cell on 3 cells) but the model has only
+/// 5 layers; every stage needs at least one layer (run with at most 2
+/// cells)". Local (no MPI).
+void check_stage_count(const Deck& deck, int stages, int cells);
+
+/// Collective over `comm`: throws an agreed InputError on every rank unless
+/// every rank holds the same `schedule` (cells, stages, micro-batches, stage
+/// map, re-materialization and every op list): a schedule file that differs
+/// between ranks (node-local copies) names pipeline.schedule_file and the
+/// lowest rank whose schedule differs from rank 0's. One MPI_Bcast of a
+/// 64-bit fingerprint and one agreement (gpipe::agree).
+void check_same_schedule(const Schedule& schedule, const Deck& deck, MPI_Comm comm);
 
 /// A run's layout from the deck alone (no MPI, no Kokkos).
 struct RunPlan {
