@@ -140,6 +140,15 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
   e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
 }
 
+bool bf16_native() {
+  static const bool amx = [] {
+    const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+    const auto want = unsigned(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & want) == want;
+  }();
+  return amx;
+}
+
 // bf16 operands (converted by the caller, dispatch.cpp), fp32 accumulation
 // and fp32 results: the same matmul descriptors with bf16 sources.
 
