@@ -68,12 +68,12 @@ def profile(a, deck, batch, precision):
                "--set", "training.progress_every=0"]
         subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out = subprocess.run([PERF, "report", "-i", data, "--no-children", "-g", "none", "--sort", "dso,symbol",
-                              "--stdio"], check=True, capture_output=True, text=True).stdout
+                              "--stdio", "-n"], check=True, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():
-        m = re.match(r"\s+([0-9.]+)%\s+(.*)", line)
+        m = re.match(r"\s+([0-9.]+)%\s+([0-9]+)\s+(.*)", line)
         if m:
-            rows.append((float(m.group(1)), re.sub(r"\s+", " ", m.group(2)).strip()))
+            rows.append((float(m.group(1)), int(m.group(2)), re.sub(r"\s+", " ", m.group(3)).strip()))
     return rows
 
 
@@ -93,11 +93,12 @@ def main():
         deck, batch = DECKS[model]
         for precision in a.precisions.split(","):
             rows = profile(a, deck, batch, precision)
-            cats = {}
-            for share, sym in rows:
+            cats, samples = {}, {}
+            for share, n, sym in rows:
                 c = classify(sym)
                 cats[c] = cats.get(c, 0.0) + share
-            runs.append((f"{model} {precision}", cats, rows))
+                samples[c] = samples.get(c, 0) + n
+            runs.append((f"{model} {precision}", cats, rows, samples))
     print("after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     names = [n for n, _ in CATEGORIES if n != "startup"] + ["other"]
     print()
@@ -107,14 +108,26 @@ def main():
     print("|---|" + "---|" * len(runs))
     for n in names:
         vals = []
-        for _, cats, _ in runs:
+        for _, cats, _, _ in runs:
             steps = 100.0 - cats.get("startup", 0.0)
             vals.append(f"{100.0 * cats.get(n, 0.0) / steps:.1f}")
         print(f"| {n} | " + " | ".join(vals) + " |")
-    print("| (startup, % of all) | " + " | ".join(f"{c.get('startup', 0.0):.1f}" for _, c, _ in runs) + " |")
-    for name, _, rows in runs if a.top else []:
+    print("| (startup, % of all) | " + " | ".join(f"{c.get('startup', 0.0):.1f}" for _, c, _, _ in runs) + " |")
+    # CPU milliseconds per training step in each category (2000 samples/s).
+    print()
+    print(f"CPU ms per training step ({a.steps} steps; perf samples at 2 kHz / steps)")
+    print()
+    print("| category | " + " | ".join(r[0] for r in runs) + " |")
+    print("|---|" + "---|" * len(runs))
+    for n in names + ["total (steps)"]:
+        vals = []
+        for _, _, _, samples in runs:
+            k = sum(v for c, v in samples.items() if c != "startup") if n == "total (steps)" else samples.get(n, 0)
+            vals.append(f"{k / 2.0 / a.steps:.1f}")
+        print(f"| {n} | " + " | ".join(vals) + " |")
+    for name, _, rows, _ in runs if a.top else []:
         print(f"\n{name}: top {a.top} symbols")
-        for share, sym in rows[:a.top]:
+        for share, _, sym in rows[:a.top]:
             print(f"  {share:6.2f}%  [{classify(sym)}]  {sym[:110]}")
 
 
