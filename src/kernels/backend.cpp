@@ -43,7 +43,7 @@ std::atomic<int> compute{int(Format::fp32)};
 //   bf16 (2 bytes: bf16 operands, fp32 accumulation): oneDNN's bf16
 //     matmul and convolution where the CPU has AMX; without it (AVX-512
 //     BF16 only) the operands rounded to bf16 in fp32 buffers and oneDNN's
-//     f32 primitives, 1.3-2x faster there (perf/README.md, "Issue 22: the
+//     f32 primitives, 1.0-2.1x faster there (perf/README.md, "Issue 22: the
 //     bf16 primitives without AMX").
 //   CUDA builds with cuBLAS: cuBLAS for every primitive it has (not
 //     measured: no GPU was lent to the session that added it; Kokkos

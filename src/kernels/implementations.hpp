@@ -64,7 +64,7 @@ std::string version();
 /// ones with operands rounded to bf16 (false): true where oneDNN may dispatch
 /// AMX (dnnl::get_effective_cpu_isa(), so ONEDNN_MAX_CPU_ISA is honoured).
 /// Without AMX, oneDNN 2.6.3's bf16 matmul and convolution (AVX-512 BF16)
-/// ran 0.5-0.8x its f32 ones at every deck shape (perf/README.md, "Issue 22:
+/// ran 0.47-0.99x as fast as its f32 ones at every deck shape (0.5-0.75x at most) (perf/README.md, "Issue 22:
 /// the bf16 primitives without AMX"; perf/mixed_precision/bench_onednn_bf16.cpp).
 bool bf16_native();
 }  // namespace onednn
