@@ -27,13 +27,14 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TRAIN = os.path.join(ROOT, "build", "apps", "gpipe-train")
 DECKS = {"mlp": ("inputs/deep_mlp.yaml", 256), "cnn": ("inputs/fashion_mnist_cnn.yaml", 128),
          "vit": ("inputs/fashion_mnist_vit.yaml", 128)}
+ARGS = None
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
 def gpipe(deck, precision, sets):
     with tempfile.TemporaryDirectory() as d:
         summary = os.path.join(d, "s.json")
-        cmd = [TRAIN, os.path.join(ROOT, deck), "--quiet", "--summary", summary, "--set", "precision=" + precision]
+        cmd = [ARGS.train, os.path.join(ROOT, deck), "--quiet", "--summary", summary, "--set", "precision=" + precision]
         for s in sets:
             cmd += ["--set", s]
         subprocess.run(cmd, check=True, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -98,9 +99,12 @@ def main():
     p.add_argument("--accuracy", action="store_true")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--fp16", action="store_true")
+    p.add_argument("--train", default=TRAIN, help="the gpipe-train binary (default build/apps/gpipe-train)")
     a = p.parse_args()
-    if not os.path.exists(TRAIN):
-        sys.exit(f"{TRAIN} is not built")
+    global ARGS
+    ARGS = a
+    if not os.path.exists(a.train):
+        sys.exit(f"{a.train} is not built")
     accuracy(a) if a.accuracy else speed(a)
 
 

@@ -41,7 +41,10 @@ std::atomic<int> compute{int(Format::fp32)};
 //     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 //   bf16 (2 bytes: bf16 operands, fp32 accumulation): oneDNN's bf16
-//     matmul and convolution (perf/README.md, "Mixed precision").
+//     matmul and convolution where the CPU has AMX; without it (AVX-512
+//     BF16 only) the operands rounded to bf16 in fp32 buffers and oneDNN's
+//     f32 primitives, 1.0-2.1x faster there (perf/README.md, "Issue 22: the
+//     bf16 primitives without AMX").
 //   CUDA builds with cuBLAS: cuBLAS for every primitive it has (not
 //     measured: no GPU was lent to the session that added it; Kokkos
 //     Kernels' own cuBLAS TPL runs the same library for the portable dense
@@ -50,6 +53,12 @@ std::atomic<int> compute{int(Format::fp32)};
 //   conv2d in CUDA builds with cuDNN: cuDNN (not measured either; the
 //     portable im2col + per-sample GEMMs is the alternative).
 Implementation automatic(Primitive p, int scalar_bytes) {
+#ifdef GPIPE_ENABLE_ONEDNN
+  // bf16 without AMX: the rounded route (reduced.hpp) on oneDNN's f32
+  // primitives, faster than its bf16 ones there (onednn::bf16_native).
+  if (scalar_bytes == 2 && has(Implementation::onednn, p, 2) && !onednn::bf16_native())
+    return Implementation::portable;
+#endif
   if (has(Implementation::cublas, p, scalar_bytes)) return Implementation::cublas;
   if (has(Implementation::cudnn, p, scalar_bytes)) return Implementation::cudnn;
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
@@ -222,14 +231,16 @@ WeightCopy::~WeightCopy() {
 }
 
 void WeightCopy::refresh(const ExecSpace& space, const float* params, std::int64_t n) {
-  const bool bf16_onednn =
-      compute_format() == Format::bf16 && implementation(Primitive::gemm, 2) == Implementation::onednn;
-  if (!bf16_onednn || n == 0) {
+  const Format f = compute_format();
+  if (!reduced::active(f) || n == 0) {
     if (params_) reduced::drop_weight_copy(params_);
     params_ = nullptr;
     return;
   }
-  reduced::register_weight_copy(space, params, n);
+  if (f == Format::bf16 && implementation(Primitive::gemm, 2) == Implementation::onednn)
+    reduced::register_weight_copy(space, params, n);
+  else
+    reduced::register_rounded_weight_copy(space, f, params, n);
   params_ = params;
 }
 

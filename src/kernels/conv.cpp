@@ -26,14 +26,19 @@ std::string dims(const V& v) {
 std::atomic<std::int64_t> primitives_created{0};
 
 // The reduced compute format (backend.hpp, set_compute_format): x, w and dy
-// rounded into the seam's workspace before the implementation runs on them
+// rounded into the seam's workspace (x and dy in the GEMMs' slots a and b,
+// which the memory model counts; w read from the rounded weight copy where
+// one is registered) before the implementation runs on them
 // (fp32 accumulation and results); `m` itself at fp32 (and for double).
-// oneDNN's bf16 convolution converts them itself (conv_onednn.cpp).
+// oneDNN's bf16 convolution (where implementation(conv2d, 2) is oneDNN)
+// converts them itself (conv_onednn.cpp).
 template <class T>
 ConstMatrix<T> operand(const ExecSpace& space, ConstMatrix<T> m, int slot, Implementation implementation) {
   if constexpr (std::is_same_v<T, float>) {
     const Format f = compute_format();
-    if (f == Format::bf16 && implementation == Implementation::onednn) return m;
+    if (f == Format::bf16 && implementation == Implementation::onednn &&
+        kernels::implementation(Primitive::conv2d, 2) == Implementation::onednn)
+      return m;
     if (reduced::active(f) && m.span() > 0) return reduced::rounded(space, f, m, slot);
   }
   (void)implementation;
@@ -101,7 +106,7 @@ void Conv2d<T>::forward(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T>
           "forward", fmt::format("x {}, w {}, b ({}), y {} for C*H*W {}, F*P {}, taps {}", dims(x), dims(w),
                                  b.extent(0), dims(y), s.in_features(), s.out_features(), s.taps()));
   if (x.extent(0) == 0) return;
-  impl_->forward(space, operand(space, x, reduced::x, implementation_), operand(space, w, reduced::w, implementation_), b, y, saved);
+  impl_->forward(space, operand(space, x, reduced::a, implementation_), operand(space, w, reduced::w, implementation_), b, y, saved);
 }
 
 template <class T>
@@ -112,7 +117,7 @@ void Conv2d<T>::backward_data(const ExecSpace& space, ConstMatrix<T> dy, ConstMa
               std::int64_t(w.extent(1)) == s.taps(),
           "backward_data", fmt::format("dy {}, w {}, dx {}", dims(dy), dims(w), dims(dx)));
   if (dy.extent(0) == 0) return;
-  impl_->backward_data(space, operand(space, dy, reduced::dy, implementation_), operand(space, w, reduced::w, implementation_), dx);
+  impl_->backward_data(space, operand(space, dy, reduced::b, implementation_), operand(space, w, reduced::w, implementation_), dx);
 }
 
 template <class T>
@@ -124,7 +129,7 @@ void Conv2d<T>::backward_weights(const ExecSpace& space, ConstMatrix<T> x, Const
               std::int64_t(dw.extent(1)) == s.taps() &&
               (db.extent(0) == 0 || std::int64_t(db.extent(0)) == s.filters),
           "backward_weights", fmt::format("x {}, dy {}, dw {}, db ({})", dims(x), dims(dy), dims(dw), db.extent(0)));
-  impl_->backward_weights(space, operand(space, x, reduced::x, implementation_), operand(space, dy, reduced::dy, implementation_), saved, dw, db,
+  impl_->backward_weights(space, operand(space, x, reduced::a, implementation_), operand(space, dy, reduced::b, implementation_), saved, dw, db,
                           accumulate);
 }
 
@@ -140,7 +145,7 @@ void Conv2d<T>::backward(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T
               (dx.extent(0) == 0 || (dx.extent(0) == x.extent(0) && std::int64_t(dx.extent(1)) == s.in_features())),
           "backward", fmt::format("x {}, dy {}, w {}, dw {}, db ({}), dx {}", dims(x), dims(dy), dims(w), dims(dw),
                                   db.extent(0), dims(dx)));
-  impl_->backward(space, operand(space, x, reduced::x, implementation_), operand(space, dy, reduced::dy, implementation_),
+  impl_->backward(space, operand(space, x, reduced::a, implementation_), operand(space, dy, reduced::b, implementation_),
                   operand(space, w, reduced::w, implementation_), saved, dw, db, accumulate, dx);
 }
 

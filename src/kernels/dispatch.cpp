@@ -139,9 +139,11 @@ void gemm_bias_reduced(const ExecSpace& space, Format f, ConstMatrix<float> x, C
   gemm_bias_f32(space, reduced::rounded(space, f, x, reduced::a), reduced::rounded(space, f, w, reduced::b), bias, y);
 }
 
+// a_rounded / b_rounded: that operand already holds values of the format
+// (attention's operands rounded once per call, below): used as it is.
 void batched_reduced(const ExecSpace& space, Format f, Op ta, Op tb, std::int64_t outer, std::int64_t inner,
                      float alpha, const float* a, const Strided& sa, const float* b, const Strided& sb, float beta,
-                     float* c, const Strided& sc) {
+                     float* c, const Strided& sc, bool a_rounded = false, bool b_rounded = false) {
   if (sc.rows == 0 || sc.cols == 0) return;
   if ((ta == Op::none ? sa.cols : sa.rows) == 0)
     return batched_f32(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
@@ -151,21 +153,46 @@ void batched_reduced(const ExecSpace& space, Format f, Op ta, Op tb, std::int64_
     return onednn::batched_gemm_bf16(space, ta, tb, outer, inner, alpha, converted(space, a, na, reduced::a), sa,
                                      converted(space, b, nb, reduced::b), sb, beta, c, sc);
 #endif
-  float* ra = reduced::scratch(reduced::a, na);
-  float* rb = reduced::scratch(reduced::b, nb);
-  reduced::round(space, f, a, na, ra);
-  reduced::round(space, f, b, nb, rb);
+  const float* ra = a;
+  const float* rb = b;
+  if (!a_rounded) {
+    float* r = reduced::scratch(reduced::a, na);
+    reduced::round(space, f, a, na, r);
+    ra = r;
+  }
+  if (!b_rounded) {
+    float* r = reduced::scratch(reduced::b, nb);
+    reduced::round(space, f, b, nb, r);
+    rb = r;
+  }
   batched_f32(space, ta, tb, outer, inner, alpha, ra, sa, rb, sb, beta, c, sc);
 }
 
 // Attention's batched GEMMs through the public entry point (reduced there).
+// On the rounded route the attention rounds qkv (and d_out) once per call
+// into slots x (and dy), not once per GEMM operand: Q, K and V are strided
+// views of one qkv matrix, so each operand's footprint spans nearly all of
+// it (3 roundings of qkv per forward, 3 more and 2 of d_out per backward).
+// An operand inside such a range is used as it is (rounding is idempotent:
+// bitwise the per-operand rounding).
 struct SeamBatched {
+  const float* rounded[2] = {nullptr, nullptr};
+  std::int64_t rounded_n[2] = {0, 0};
+  bool inside(const float* p, std::int64_t n) const {
+    for (int i = 0; i < 2; ++i)
+      if (rounded[i] && p >= rounded[i] && p + n <= rounded[i] + rounded_n[i]) return true;
+    return false;
+  }
   void operator()(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
                   const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
                   const Strided& sc) const {
-    batched_reduced(space, compute_format(), ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+    batched_reduced(space, compute_format(), ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc,
+                    inside(a, footprint(outer, inner, sa)), inside(b, footprint(outer, inner, sb)));
   }
 };
+
+// The rounded route for the attention's batched GEMMs (not oneDNN's bf16 ones).
+bool attention_rounds_once(Format f) { return !onednn_bf16(f, Primitive::batched_gemm); }
 }  // namespace
 
 template <class T>
@@ -255,8 +282,13 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
   if (shape.samples == 0) return;
   const Region region("gpipe::kernels::attention_forward");
   if constexpr (std::is_same_v<T, float>) {
-    if (reduced::active(compute_format()))
-      return detail::attention_forward<float>(space, shape, qkv, probs, out, SeamBatched{});
+    if (const Format f = compute_format(); reduced::active(f)) {
+      if (!attention_rounds_once(f)) return detail::attention_forward<float>(space, shape, qkv, probs, out, SeamBatched{});
+      const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
+      SeamBatched batched;
+      batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
+      return detail::attention_forward<float>(space, shape, q, probs, out, batched);
+    }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention)) return onednn::attention_forward(space, shape, qkv, probs, out);
 #endif
@@ -275,8 +307,16 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   if (shape.samples == 0) return;
   const Region region("gpipe::kernels::attention_backward");
   if constexpr (std::is_same_v<T, float>) {
-    if (reduced::active(compute_format()))
-      return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, SeamBatched{});
+    if (const Format f = compute_format(); reduced::active(f)) {
+      if (!attention_rounds_once(f))
+        return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, SeamBatched{});
+      const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
+      const ConstMatrix<float> d = reduced::rounded(space, f, d_out, reduced::dy);
+      SeamBatched batched;
+      batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
+      batched.rounded[1] = d.data(), batched.rounded_n[1] = std::int64_t(d.span());
+      return detail::attention_backward<float>(space, shape, q, probs, d, work, d_qkv, batched);
+    }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention))
       return onednn::attention_backward(space, shape, qkv, probs, d_out, work, d_qkv);

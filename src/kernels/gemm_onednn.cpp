@@ -255,6 +255,15 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix
   e.run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, c.data()}});
 }
 
+bool bf16_native() {
+  static const bool amx = [] {
+    const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+    const auto want = unsigned(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & want) == want;
+  }();
+  return amx;
+}
+
 // bf16 operands (converted by the caller, dispatch.cpp), fp32 accumulation
 // and fp32 results: the same matmul descriptors with bf16 sources.
 

@@ -17,6 +17,10 @@ struct Workspace {
   Kokkos::View<bf16*, MemSpace> weights;  // the registered weight copy
   const float* weights_of = nullptr;      // its float parameters (null: none registered)
   std::int64_t weights_n = 0;
+  Vector<float> rounded;                  // the rounded route's weight copy (fp32 values of the format)
+  const float* rounded_of = nullptr;
+  std::int64_t rounded_n = 0;
+  Format rounded_format = Format::fp32;
 };
 
 // Heap-allocated and released by a Kokkos finalize hook (a static View
@@ -85,6 +89,7 @@ const bf16* weight_copy(const float* p, std::int64_t n) {
 
 void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n) {
   Workspace& w = workspace();
+  if (w.rounded_of) drop_weight_copy(w.rounded_of);  // one copy per process
   if (std::int64_t(w.weights.extent(0)) != n) {  // exactly the registered parameters (cell_memory's weight_copy)
     w.weights = Kokkos::View<bf16*, MemSpace>();
     w.weights = Kokkos::View<bf16*, MemSpace>(
@@ -95,8 +100,34 @@ void register_weight_copy(const ExecSpace& space, const float* params, std::int6
   w.weights_n = n;
 }
 
+const float* rounded_weight_copy(const float* p, std::int64_t n, Format format) {
+  const Workspace& w = workspace();
+  if (w.rounded_of == nullptr || w.rounded_format != format || p < w.rounded_of || p + n > w.rounded_of + w.rounded_n) return nullptr;
+  return w.rounded.data() + (p - w.rounded_of);
+}
+
+void register_rounded_weight_copy(const ExecSpace& space, Format format, const float* params, std::int64_t n) {
+  Workspace& w = workspace();
+  if (w.weights_of) drop_weight_copy(w.weights_of);  // one copy per process
+  if (std::int64_t(w.rounded.extent(0)) != n) {
+    w.rounded = Vector<float>();
+    w.rounded = Vector<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::weight_copy"),
+                              size_t(n));
+  }
+  w.rounded_of = nullptr;  // round() below reads params, not the copy
+  round(space, format, params, n, w.rounded.data());
+  w.rounded_of = params;
+  w.rounded_n = n;
+  w.rounded_format = format;
+}
+
 void drop_weight_copy(const float* params) {
   Workspace& w = workspace();
+  if (w.rounded_of == params) {
+    w.rounded_of = nullptr;
+    w.rounded_n = 0;
+    w.rounded = Vector<float>();
+  }
   if (w.weights_of == params) {
     w.weights_of = nullptr;
     w.weights_n = 0;
@@ -106,6 +137,8 @@ void drop_weight_copy(const float* params) {
 
 ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot) {
   const std::int64_t n = std::int64_t(m.span());
+  if (const float* copy = rounded_weight_copy(m.data(), n, format))  // a weight: rounded once per step
+    return ConstMatrix<float>(copy, m.extent(0), m.extent(1));
   float* out = scratch(slot, n);
   round(space, format, m.data(), n, out);
   return ConstMatrix<float>(out, m.extent(0), m.extent(1));

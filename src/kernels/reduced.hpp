@@ -36,10 +36,18 @@ bf16* scratch16(int slot, std::int64_t n);
 const bf16* weight_copy(const float* p, std::int64_t n);
 /// Converts [params, params + n) into the copy and registers it.
 void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n);
-/// Unregisters the copy of `params` (if it is the registered one).
+/// The rounded route's weight copy (backend.hpp, WeightCopy, where oneDNN's
+/// bf16 primitives do not run): [p, p + n) rounded to the compute format,
+/// in fp32, when that range lies inside the registered parameters and the
+/// copy was rounded to `format`, else null.
+const float* rounded_weight_copy(const float* p, std::int64_t n, Format format);
+/// Rounds [params, params + n) to `format` into that copy and registers it.
+void register_rounded_weight_copy(const ExecSpace& space, Format format, const float* params, std::int64_t n);
+/// Unregisters either copy of `params` (if it is the registered one).
 void drop_weight_copy(const float* params);
 
-/// `m` rounded into slot `slot`: a (rows, cols) matrix of the same shape.
+/// `m` rounded into slot `slot`: a (rows, cols) matrix of the same shape;
+/// the rounded weight copy itself where `m` lies inside it.
 ConstMatrix<float> rounded(const ExecSpace& space, Format format, ConstMatrix<float> m, int slot);
 
 }  // namespace gpipe::kernels::reduced

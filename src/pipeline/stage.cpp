@@ -323,11 +323,13 @@ Matrix<T> Stage<T>::forward_output(int m, int layer) const {
 template <class T>
 void Stage<T>::store_output(int m, int layer, const Matrix<T>& y) {
   if constexpr (std::is_same_v<T, float>) {
-    if (layer + 1 < int(layers_.size()))
-      pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()),
-                kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data());
-    else if (links_.sink == StageSink::Send)
-      outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].store(y);
+    if (layer + 1 < int(layers_.size())) {
+      round_and_pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()),
+                          kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data());
+      return;
+    }
+    round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+    if (links_.sink == StageSink::Send) outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].store(y);
   }
 }
 
@@ -416,9 +418,10 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
     for (int l = 0; l < count; ++l) {
       const Matrix<T> y = layer_output(m, l);  // 16-bit storage: a float working buffer
       layers_[size_t(l)]->forward(ctx, x, y, layer_saved(m, l));
-      // 16-bit wire: every activation a 16-bit value
-      if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
-      if (storage16_) store_output(m, l, y);  // exact: y holds 16-bit values
+      // 16-bit wire: every activation a 16-bit value (16-bit storage: rounded
+      // and packed in one pass, store_output)
+      if (storage16_) store_output(m, l, y);
+      else if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
       x = y;
     }
     if (!whole_stage) return;  // a recompute stops before the stage output

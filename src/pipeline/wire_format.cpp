@@ -57,6 +57,28 @@ void round_activations(const ExecSpace& space, Format format, float* values, std
         KOKKOS_LAMBDA(const std::int64_t i) { v(i) = detail::fp16_bits_to_float(detail::float_to_fp16_bits(v(i))); });
 }
 
+void round_and_pack_wire(const ExecSpace& space, Format format, float* values, std::int64_t n, std::uint16_t* dst) {
+  const Unmanaged<float> v(values, size_t(n));
+  const Unmanaged<std::uint16_t> d(dst, size_t(n));
+  if (format == Format::bf16)
+    Kokkos::parallel_for(
+        "gpipe::Cell::round_pack_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::uint16_t h = detail::float_to_bf16_bits(v(i));
+          d(i) = h;
+          v(i) = detail::bf16_bits_to_float(h);
+        });
+  else if (format == Format::fp16)
+    Kokkos::parallel_for(
+        "gpipe::Cell::round_pack_fp16", Kokkos::RangePolicy<ExecSpace>(space, 0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::uint16_t h = detail::float_to_fp16_bits(v(i));
+          d(i) = h;
+          v(i) = detail::fp16_bits_to_float(h);
+        });
+  else
+    throw std::invalid_argument(std::string("gpipe::round_and_pack_wire: ") + name(format) +
+                                " is not a 16-bit wire format");
+}
+
 std::int64_t boundary_bytes_sent() { return sent.load(); }
 
 void count_boundary_bytes(std::int64_t bytes) { sent += bytes; }

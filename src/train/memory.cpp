@@ -79,7 +79,8 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
   };
   // The seam's reduced-precision operand scratch (kernels/reduced.cpp): a
   // 16-bit copy (bf16 with oneDNN) or a rounded fp32 copy (fp16, portable)
-  // of each GEMM operand that is not a weight, in two grow-only slots.
+  // of each GEMM operand that is not a weight (those are read from the
+  // weight copy), in two grow-only slots.
   const bool bf16_onednn = precision.compute == Format::bf16 &&
                            kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn;
   const bool onednn_conv = precision.compute == Format::bf16 &&
@@ -87,7 +88,7 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
   std::vector<CellMemory> out;
   for (int k = 0; k < K; ++k) {
     std::int64_t params = 0, state = 0, layers_on_rank = 0;
-    std::int64_t scratch_a = 0, scratch_b = 0;  // values
+    std::int64_t scratch_a = 0, scratch_b = 0, scratch_x = 0, scratch_dy = 0;  // values
     Term workspaces, activations, gradient_buffers, staging;
     // A boundary buffer of `values` values: the float buffer (none with
     // 16-bit storage) and the 16-bit wire buffer (a 16-bit wire).
@@ -126,13 +127,18 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         const std::int64_t R = whole ? shard : rows;
         scratch_a = std::max({scratch_a, R * ls.input.size(), rows * ls.output.size()});
         scratch_b = std::max(scratch_b, R * ls.output.size());
-        if (!bf16_onednn) scratch_b = std::max(scratch_b, ls.parameter_count());  // weights rounded too
         if (ls.entry->workspace)
           for (const std::int64_t b : ls.entry->workspace(*ls.spec.config, ls.input, rows, int(s), M))
             if (ls.type() == "transformer_block") {
               scratch_a = std::max(scratch_a, b / s);
               scratch_b = std::max(scratch_b, b / s);
             }
+        // The rounded route's attention rounds qkv (rows x 3 width) and its
+        // output gradient (rows x width) once per call, in two more slots.
+        if (ls.type() == "transformer_block" && !bf16_onednn) {
+          scratch_x = std::max(scratch_x, 3 * rows * ls.input.size());
+          scratch_dy = std::max(scratch_dy, rows * ls.input.size());
+        }
       }
       // The whole-batch W (a BatchWeights op): each such layer's output
       // gradients over the shard, and its input (one shared buffer of the
@@ -230,13 +236,14 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     c.activations = activations.bytes;
     c.gradient_buffers = gradient_buffers.bytes;
     c.workspaces = workspaces.bytes;
-    // bf16 with oneDNN's bf16 GEMM: the bf16 copy of the rank's weights,
-    // refreshed after each step (kernels::WeightCopy).
-    if (precision.compute == Format::bf16 &&
-        kernels::implementation(kernels::Primitive::gemm, 2) == kernels::Implementation::onednn && params > 0)
-      c.weight_copy = view_bytes(params * 2);
+    // bf16 / fp16: the copy of the rank's weights the primitives read,
+    // refreshed after each step (kernels::WeightCopy): bf16 values with
+    // oneDNN's bf16 GEMM, else (the rounded route) fp32 values rounded.
+    if (precision.reduced() && params > 0) c.weight_copy = view_bytes(params * (bf16_onednn ? 2 : 4));
     if (scratch_a > 0) c.seam_scratch = view_bytes(scratch_a * (bf16_onednn ? 2 : 4));
     if (scratch_b > 0) c.seam_scratch += view_bytes(scratch_b * (bf16_onednn ? 2 : 4));
+    if (scratch_x > 0) c.seam_scratch += view_bytes(scratch_x * 4);
+    if (scratch_dy > 0) c.seam_scratch += view_bytes(scratch_dy * 4);
     c.staging = staging.bytes;
     if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
     // Transient, in a step's tail: the clipping's per-layer bounds (int64) and sums (double).

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "../common/test_util.hpp"
@@ -319,6 +320,9 @@ TEST(ReducedPrecision, OneDnnBf16ConvAgainstPortable) {
     const auto x = host_random(n * cs.in_features(), 61 + stride), w = host_random(cs.filters * cs.taps(), 62);
     const auto dy = host_random(n * cs.out_features(), 63), b = host_random(size_t(cs.filters), 64);
     auto run = [&](kernels::Implementation impl) {
+      // kernels: onednn, so oneDNN's bf16 primitives run even where `auto`
+      // picks the rounded route (no AMX: onednn::bf16_native).
+      kernels::select(impl == kernels::Implementation::onednn ? kernels::Choice::onednn : kernels::Choice::portable);
       kernels::Conv2d<float> conv(cs, impl);
       using C = kernels::Conv2d<float>;
       const ComputeScope scope(Format::bf16);
@@ -341,6 +345,7 @@ TEST(ReducedPrecision, OneDnnBf16ConvAgainstPortable) {
       return out;
     };
     const auto got = run(kernels::Implementation::onednn), ref = run(kernels::Implementation::portable);
+    kernels::select(kernels::Choice::automatic);
     ASSERT_EQ(got.size(), ref.size());
     // |operands| <= 1: a sum of k products is off by at most gamma_k k per
     // order, two orders apart: 2 gamma_k k (k <= n x output pixels, doubled
@@ -368,34 +373,69 @@ TEST(ReducedPrecision, FloatFormatLeavesGemmBitwiseUnchanged) {
   EXPECT_EQ(before, after);
 }
 
-// The bf16 weight copy (kernels::WeightCopy): an operand inside the
-// registered parameters is read from the copy (bitwise the per-call
-// conversion), and only a refresh picks up new weights.
+// The weight copy (kernels::WeightCopy): an operand inside the registered
+// parameters is read from the copy (bitwise the per-call conversion or
+// rounding), and only a refresh picks up new weights. Both routes: the
+// bf16 copy of oneDNN's bf16 primitives (kernels: onednn) and the rounded
+// fp32 copy of the rounded route (kernels: portable; also what `auto`
+// picks for bf16 on a CPU without AMX), for the gemm and for conv2d.
 TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
-  bool onednn = false;
-  for (auto i : kernels::available()) onednn = onednn || i == kernels::Implementation::onednn;
-  if (!onednn) GTEST_SKIP() << "no oneDNN: the copy is not used";
-  const ComputeScope scope(Format::bf16);
-  const std::int64_t m = 7, k = 40, n = 9;
-  const auto x = host_random(m * k, 71);
-  auto params = host_random(5 + k * n, 72);  // the weight at offset 5 of a parameter vector
-  Matrix<float> P = test::to_device(params, 1, std::int64_t(params.size()));
-  const ConstMatrix<float> W(P.data() + 5, size_t(k), size_t(n)), X = test::to_device(x, m, k);
-  auto product = [&] {
-    Matrix<float> c("c", m, n);
-    kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, X, W, 0.0f, c);
-    return test::to_host(c);
-  };
-  const auto plain = product();
-  kernels::WeightCopy copy;
-  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
-  EXPECT_EQ(product(), plain);
-  for (auto& v : params) v = -v;  // new weights, not refreshed: the copy still holds the old ones
-  Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
-  EXPECT_EQ(product(), plain);
-  copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
-  const auto negated = product();
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(negated[i], -plain[i]);
+  std::vector<std::pair<kernels::Choice, Format>> cases{{kernels::Choice::portable, Format::bf16},
+                                                        {kernels::Choice::portable, Format::fp16},
+                                                        {kernels::Choice::automatic, Format::bf16}};
+  for (auto i : kernels::available())
+    if (i == kernels::Implementation::onednn) cases.push_back({kernels::Choice::onednn, Format::bf16});
+  for (const auto& [choice, format] : cases) {
+    SCOPED_TRACE(std::string(kernels::name(choice)) + " " + name(format));
+    kernels::select(choice);
+    const ComputeScope scope(format);
+    const std::int64_t m = 7, k = 40, n = 9;
+    const auto x = host_random(m * k, 71);
+    auto params = host_random(5 + k * n, 72);  // the weight at offset 5 of a parameter vector
+    Matrix<float> P = test::to_device(params, 1, std::int64_t(params.size()));
+    const ConstMatrix<float> W(P.data() + 5, size_t(k), size_t(n)), X = test::to_device(x, m, k);
+    // A 3x3 convolution of a 2 x 5 x 4 image to 4 filters: its 72 weights
+    // at offset 5 too (the same parameter vector), as Conv2d reads them.
+    const kernels::ConvShape cs{2, 5, 4, 4, 3, 3, 1, 1, 1, 1};
+    kernels::Conv2d<float> conv(cs, kernels::implementation(kernels::Primitive::conv2d, 4));
+    const ConstMatrix<float> CW(P.data() + 5, size_t(cs.filters), size_t(cs.taps()));
+    const ConstMatrix<float> CX = test::to_device(host_random(3 * cs.in_features(), 73), 3, cs.in_features());
+    auto product = [&] {
+      Matrix<float> c("c", m, n);
+      kernels::gemm<float>(ExecSpace(), Op::none, Op::none, 1.0f, X, W, 0.0f, c);
+      Matrix<float> y("y", 3, size_t(cs.out_features()));
+      Vector<float> saved("saved", size_t(3 * conv.saved_per_sample()));
+      conv.forward(ExecSpace(), CX, CW, kernels::Conv2d<float>::ConstBias(), y,
+                   kernels::Conv2d<float>::Saved(saved.data(), saved.extent(0)));
+      auto out = test::to_host(c);
+      const auto yv = test::to_host(y);
+      out.insert(out.end(), yv.begin(), yv.end());
+      return out;
+    };
+    const auto plain = product();
+    {
+      kernels::WeightCopy copy;
+      copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+      EXPECT_EQ(product(), plain);
+      for (auto& v : params) v = -v;  // new weights, not refreshed: the copy still holds the old ones
+      Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+      const auto stale = product();
+      // oneDNN's bf16 convolution converts its weights in its own reorders
+      // (conv_onednn.cpp), so only the GEMM reads the bf16 copy there.
+      const size_t copied = choice == kernels::Choice::onednn ? size_t(m * n) : plain.size();
+      for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(stale[i], i < copied ? plain[i] : -plain[i]) << i;
+      copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+      const auto negated = product();
+      for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(negated[i], -plain[i]) << i;
+    }
+    for (auto& v : params) v = -v;  // unregistered (the copy's destructor): converted per call again
+    Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+    for (auto& v : params) v = -v;
+    Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+    const auto again = product();
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(again[i], -plain[i]) << i;
+  }
+  kernels::select(kernels::Choice::automatic);
 }
 
 // Layer families through the seam (Dense, Conv2d, Conv1d): bf16 / fp16
@@ -497,6 +537,52 @@ TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   EXPECT_EQ(h[2], 0x3f82);
   EXPECT_EQ(sizeof(std::uint16_t) * bits.extent(0), 2 * v.size());
   EXPECT_THROW(pack_wire(ExecSpace(), Format::fp32, src.data(), 1, bits.data()), std::invalid_argument);
+}
+
+// round_and_pack_wire (the forward's fused pass with 16-bit storage) is
+// bitwise round_activations then pack_wire: ties, overflow, subnormals,
+// signed zero, inf and NaN (quieted), for bf16 and fp16.
+TEST(WireFormat, RoundAndPackIsRoundThenPack) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> v = {1.0f,    1.00390625f, 1.01171875f, -3.5f, 65504.0f, 65520.0f, 1e-8f, 3.0e38f, 3.4e38f,
+                          -0.0f,   inf,         -inf,        nan,   1e-40f,   -6e-8f,   2.5e-5f};
+  std::uint32_t signalling = 0x7f800001u;  // a signalling NaN: bf16 keeps its payload, sets the quiet bit
+  float snan;
+  std::memcpy(&snan, &signalling, sizeof snan);
+  v.push_back(snan);
+  for (const auto x : host_random(200, 91)) v.push_back(x * 1e3f);
+  const auto n = std::int64_t(v.size());
+  for (const Format f : {Format::bf16, Format::fp16}) {
+    Matrix<float> a = test::to_device(v, 1, n), b = test::to_device(v, 1, n);
+    Kokkos::View<std::uint16_t*, MemSpace> pa("pa", v.size()), pb("pb", v.size());
+    round_activations(ExecSpace(), f, a.data(), n);
+    pack_wire(ExecSpace(), f, a.data(), n, pa.data());
+    round_and_pack_wire(ExecSpace(), f, b.data(), n, pb.data());
+    EXPECT_EQ(test::to_host(pa), test::to_host(pb)) << name(f);
+    const auto ra = test::to_host(a), rb = test::to_host(b);
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::uint32_t x, y;
+      std::memcpy(&x, &ra[i], 4);
+      std::memcpy(&y, &rb[i], 4);
+      EXPECT_EQ(x, y) << name(f) << " at " << i << " (" << v[i] << ")";
+    }
+  }
+  const auto h = test::to_host([&] {
+    Matrix<float> a = test::to_device(v, 1, n);
+    Kokkos::View<std::uint16_t*, MemSpace> p("p", v.size());
+    round_and_pack_wire(ExecSpace(), Format::bf16, a.data(), n, p.data());
+    return p;
+  }());
+  EXPECT_EQ(h[0], 0x3f80);   // 1
+  EXPECT_EQ(h[1], 0x3f80);   // a tie: to even
+  EXPECT_EQ(h[2], 0x3f82);   // 1 + 3 * 2^-8 up to 1 + 2^-6
+  EXPECT_EQ(h[8], 0x7f80);   // 3.4e38 rounds past the largest bf16: +inf
+  EXPECT_EQ(h[9], 0x8000);   // -0
+  EXPECT_EQ(h[12] & 0x7fc0, 0x7fc0);  // NaN stays a quiet NaN
+  EXPECT_EQ(h[16], 0x7fc0);  // the signalling NaN quieted
+  Matrix<float> a = test::to_device(v, 1, 1);
+  Kokkos::View<std::uint16_t*, MemSpace> p("p", 1);
+  EXPECT_THROW(round_and_pack_wire(ExecSpace(), Format::fp32, a.data(), 1, p.data()), std::invalid_argument);
 }
 
 // A boundary buffer with 16-bit storage holds its values in 2 bytes each

@@ -40,12 +40,13 @@ KOKKOS_INLINE_FUNCTION float bits_float(std::uint32_t u) {
   return f;
 }
 
-/// binary32 -> bfloat16 bits, round to nearest even.
+/// binary32 -> bfloat16 bits, round to nearest even. Branch-free (both
+/// results computed, one selected), so loops over it vectorize.
 KOKKOS_INLINE_FUNCTION std::uint16_t float_to_bf16_bits(float f) {
-  std::uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x0040u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; carries into the exponent (overflow -> inf)
-  return std::uint16_t(u >> 16);
+  const std::uint32_t u = float_bits(f);
+  const std::uint32_t nan = (u >> 16) | 0x0040u;                  // quiet NaN
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // ties to even; carries into the exponent (overflow -> inf)
+  return std::uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 KOKKOS_INLINE_FUNCTION float bf16_bits_to_float(std::uint16_t h) {

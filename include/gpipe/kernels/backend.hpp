@@ -106,12 +106,14 @@ Implementation implementation(Primitive primitive, int scalar_bytes);
 ///   attention         its five batched GEMMs' operands rounded (Q, K, V,
 ///                     P, dO, dS); the softmax and its backward in fp32
 ///   conv2d            x, w and dy rounded; y, dx, dw, db fp32
-/// With bf16 the oneDNN implementation (where chosen: implementation(p, 2))
-/// converts the operands to 16-bit storage and runs its bf16 matmul /
-/// convolution (AVX-512 BF16 or AMX where the CPU has them, else oneDNN's
-/// emulation); the portable one rounds into fp32 copies and runs its fp32
-/// kernels; fp16 always takes the latter route (oneDNN 2.6 has no f16 on
-/// CPUs) on implementation(p, 4). Every product of two rounded operands is
+/// With bf16 the oneDNN implementation (where chosen: implementation(p, 2);
+/// `auto` chooses it only where oneDNN may dispatch AMX, since without AMX
+/// its AVX-512 BF16 kernels ran slower than its f32 ones) converts the
+/// operands to 16-bit storage and runs its bf16 matmul / convolution;
+/// otherwise (implementation(p, 2) portable: the rounded route) the operands
+/// are rounded into fp32 copies and implementation(p, 4) runs its fp32
+/// kernels on them; fp16 always takes the rounded route (oneDNN 2.6 has no
+/// f16 on CPUs). Every product of two rounded operands is
 /// exact in fp32, so implementations differ only in summation order
 /// (tests/unit/test_kernels_reduced.cpp). The operand copies live in a
 /// process-wide grow-only workspace (nothing allocated in steady state).
@@ -131,15 +133,18 @@ class ComputeScope {
   Format previous_;
 };
 
-/// The bf16 copy of a cell's master weights: refresh() converts the float
-/// parameter vector [params, params + n) to bf16 in one kernel (on `space`)
-/// and registers it, so that while it is registered the bf16 primitives
-/// (oneDNN, compute format bf16) read an operand lying inside that range from
-/// the copy instead of converting it per call. The caller refreshes it
+/// The reduced-precision copy of a cell's master weights: refresh() converts
+/// the float parameter vector [params, params + n) in one kernel (on
+/// `space`) and registers it, so that while it is registered the primitives
+/// read an operand lying inside that range from the copy instead of
+/// converting it per call: bf16 values (2 bytes each) where oneDNN's bf16
+/// primitives run (compute format bf16, implementation(gemm, 2) oneDNN),
+/// else the values rounded to the compute format as fp32 (4 bytes each; the
+/// rounded route, bf16 or fp16). The caller refreshes it
 /// whenever the weights may have changed before they are read again
 /// (Pipeline: before every training step, evaluation and prediction, i.e.
 /// after each optimizer step, checkpoint load or parameter upload). Does
-/// nothing unless the compute format is bf16 and oneDNN runs gemm at bf16.
+/// nothing unless the compute format is bf16 or fp16.
 /// One copy per process (the last refreshed); the destructor unregisters
 /// it. Not collective; one host thread.
 class WeightCopy {

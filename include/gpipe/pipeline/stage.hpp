@@ -238,7 +238,7 @@ class Stage {
   std::vector<std::vector<Kokkos::View<std::uint16_t*, MemSpace>>> weight_grads16_;  // [weight_grad slot][l]
   Vector<T> input_work_;  // (capacity x the widest layer input): a 16-bit input unpacked
   Matrix<T> forward_output(int m, int layer) const;  // 16-bit storage: where Forward(m) writes layer's output
-  void store_output(int m, int layer, const Matrix<T>& y);  // 16-bit storage: packs it into its slot
+  void store_output(int m, int layer, const Matrix<T>& y);  // 16-bit storage: rounds y and packs it into its slot
 };
 
 /// Bytes of activation storage stage `stage` of `partition` (over

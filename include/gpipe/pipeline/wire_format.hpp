@@ -31,6 +31,11 @@ void unpack_wire(const ExecSpace& space, Format format, const std::uint16_t* src
 /// representable, its conversion is lossless and results do not depend on
 /// where the cells split. Does nothing unless `format` is bf16 or fp16.
 void round_activations(const ExecSpace& space, Format format, float* values, std::int64_t n);
+/// round_activations then pack_wire in one pass (one read of values):
+/// values[i] = float(format(values[i])) and dst[i] = its `format` bits, for
+/// i < n, on `space` (not fenced); bitwise the two calls. `format` must be
+/// bf16 or fp16 (std::invalid_argument otherwise).
+void round_and_pack_wire(const ExecSpace& space, Format format, float* values, std::int64_t n, std::uint16_t* dst);
 /// The same on a double matrix: does nothing (double keeps fp64; a 16-bit
 /// wire needs float cells, BoundaryBuffer::set_wire_format).
 inline void round_activations(const ExecSpace&, Format, double*, std::int64_t) {}

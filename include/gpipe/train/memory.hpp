@@ -46,8 +46,10 @@ struct CellMemory {
   /// Held only during a step's tail: gradient clipping's per-layer bounds
   /// and sums (8 (2 L_k + 1) bytes), counted in the peak.
   std::int64_t transient = 0;
-  /// bf16 runs whose GEMM is oneDNN's bf16 primitive: the bf16 copy of the
-  /// cell's parameters (P x 2 bytes; kernels::WeightCopy), else 0.
+  /// bf16 / fp16 runs: the copy of the cell's parameters the primitives
+  /// read (kernels::WeightCopy): P x 2 bytes where the GEMM is oneDNN's bf16
+  /// primitive, P x 4 bytes (rounded fp32 values) on the rounded route; 0
+  /// for float and double.
   std::int64_t weight_copy = 0;
   /// bf16 / fp16: the kernel seam's grow-only operand scratch (the
   /// converted GEMM operands: 2 bytes a value with oneDNN's bf16 GEMM, else
