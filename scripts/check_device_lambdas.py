@@ -26,6 +26,8 @@ NOT_NAMES = {'if', 'for', 'while', 'switch', 'return', 'sizeof', 'decltype', 'st
              'noexcept', 'operator', 'explicit', 'requires', 'catch', 'throw', 'new', 'delete'}
 # An out-of-class member definition head: Class<...>::name(
 OUT_OF_CLASS = re.compile(r'\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)?\s*::\s*(~?[A-Za-z_]\w*)\s*\(')
+# A GoogleTest test body: TEST(Suite, Name) { ... } defines a class whose TestBody() is private.
+GTEST = re.compile(r'\b(TEST|TEST_F|TEST_P|TYPED_TEST|TYPED_TEST_P)\s*\([^;{}()]*\)\s*\{$')
 SUFFIXES = ('.cpp', '.hpp', '.h', '.cc', '.cxx', '.hh', '.inl')
 
 
@@ -110,6 +112,10 @@ def scan(path, lines, hidden_members):
                             'private/protected access (nvcc rejects it)')
                 return
         for block in stack:
+            if block['kind'] == 'block' and GTEST.search(block['head']):
+                hits.append(f'{path}:{no}: KOKKOS_LAMBDA in a GoogleTest TEST body (its TestBody is a private '
+                            'member function: nvcc rejects it; launch the kernel from a free function)')
+                return
             m = OUT_OF_CLASS.search(block['head']) if block['kind'] == 'block' else None
             if m and (m.group(1), m.group(2)) in hidden_members:
                 hits.append(f'{path}:{no}: KOKKOS_LAMBDA in {m.group(1)}::{m.group(2)}, a private or protected '

@@ -1,20 +1,35 @@
 #!/usr/bin/env bash
 # Compiles every translation unit of the project (src/, apps/, tests/, perf/)
-# with nvcc, compile only (no link, nothing run), against a Kokkos CUDA
-# install the developer already has. It needs no GPU: this is the check that
-# finds CUDA compile breaks (device lambdas in private members, host-only
-# calls in kernels, CUDA-only sources such as src/kernels/*_cublas.cpp and
-# *_cudnn.cpp) on a machine without one. It never builds Kokkos.
+# with nvcc, compile only (nothing run), against a Kokkos CUDA install the
+# developer already has, and with --link links every target as well. It
+# needs no GPU: this is the check that finds CUDA compile and link breaks
+# (device lambdas in private members, host-only calls in kernels, CUDA-only
+# sources such as src/kernels/*_cublas.cpp and *_cudnn.cpp, missing symbols
+# of cuBLAS / cuDNN) on a machine without one. It never builds Kokkos.
 #
-# Usage: scripts/cuda_compile_check.sh KOKKOS_PREFIX [KOKKOSKERNELS_PREFIX] [-- CMAKE_ARGS...]
+# Usage: scripts/cuda_compile_check.sh [--link] KOKKOS_PREFIX [KOKKOSKERNELS_PREFIX] [-- CMAKE_ARGS...]
+#   --link                after the compile step, link every target (libgpipe,
+#                         gpipe-train / gpipe-plan / gpipe-infer, the test and
+#                         benchmark executables: `ninja all`, -k 0). Linking
+#                         needs no GPU: the CUDA runtime, cuBLAS(Lt) and cuDNN
+#                         are the toolkit's shared libraries, libcuda comes
+#                         from the toolkit's stubs on a machine without a driver
 #   KOKKOS_PREFIX         a Kokkos 4.x install with Kokkos_ENABLE_CUDA=ON
 #                         (bin/nvcc_wrapper, lib*/cmake/Kokkos)
 #   KOKKOSKERNELS_PREFIX  its Kokkos Kernels install (default: KOKKOS_PREFIX)
-#   CMAKE_ARGS            passed to the configure step (e.g. -DGPIPE_ENABLE_CUDNN=OFF)
+#   CMAKE_ARGS            passed to the configure step (e.g. -DGPIPE_ENABLE_CUDNN=OFF);
+#                         without any, an already configured BUILD_DIR is reused as
+#                         it is (ninja re-runs CMake itself when a CMakeLists.txt
+#                         changed), so a rerun after a fix compiles only what changed
 # Environment: BUILD_DIR (default build-cuda-check), JOBS (default 2),
-#   CUDA_HOME (default /usr/local/cuda; its bin/ goes on PATH for nvcc).
-# Exit status 0 when every object compiled; otherwise 1, with the failing
-# translation units listed (the compiler's messages are in BUILD_DIR/compile.log).
+#   CUDA_HOME (default /usr/local/cuda; its bin/ goes on PATH for nvcc),
+#   OBJECTS (an extended regular expression: compile only the objects whose
+#   path matches it, e.g. 'gpipe.dir/src/' for the library; default all),
+#   STRICT=1 (fail on any nvcc warning located in the project's own files).
+# Prints each step's wall time. Exit status 0 when every object compiled
+# (and, with --link, every target linked); otherwise 1, with the failing
+# translation units or targets listed (the messages are in BUILD_DIR/compile.log
+# and BUILD_DIR/link.log).
 # docs/porting.md, "Checking the CUDA build without a GPU".
 set -euo pipefail
 
@@ -23,6 +38,11 @@ usage() {
   exit 2
 }
 
+link=0
+if [[ $# -ge 1 && $1 == --link ]]; then
+  link=1
+  shift
+fi
 [[ $# -ge 1 && $1 != -h && $1 != --help ]] || usage
 kokkos=$1
 shift
@@ -58,27 +78,80 @@ fi
 # The device-lambda rule first: it needs no compiler at all.
 python3 "$source_dir/scripts/check_device_lambdas.py" "$source_dir/src" "$source_dir/include" "$source_dir/apps"
 
-echo "cuda_compile_check: configuring $build against $kokkos (nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
-cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$wrapper" \
-  -DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kernels" "${extra[@]}" > "$build.configure.log" 2>&1 || {
-  tail -n 30 "$build.configure.log" >&2
-  echo "cuda_compile_check: configure failed ($build.configure.log)" >&2
-  exit 1
-}
-grep -E '^-- gpipe: ' "$build.configure.log" || true
+minutes() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
 
-# Every object file of every target, and nothing else (no link step).
-mapfile -t objects < <(ninja -C "$build" -t targets all | sed -n 's/^\([^:]*\.o\): .*/\1/p' | sort -u)
-echo "cuda_compile_check: compiling ${#objects[@]} translation units with -j$jobs (compile only)"
+if [[ ! -f $build/build.ninja || ${#extra[@]} -gt 0 ]]; then
+  echo "cuda_compile_check: configuring $build against $kokkos (nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
+  SECONDS=0
+  cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$wrapper" \
+    -DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kernels" "${extra[@]}" > "$build.configure.log" 2>&1 || {
+    tail -n 30 "$build.configure.log" >&2
+    echo "cuda_compile_check: configure failed ($build.configure.log)" >&2
+    exit 1
+  }
+  echo "cuda_compile_check: configured in $(minutes $SECONDS)"
+else
+  echo "cuda_compile_check: reusing the configured $build (pass CMAKE_ARGS after -- to configure again)"
+fi
+grep -E '^-- gpipe: ' "$build.configure.log" 2> /dev/null || true
+
+# Every object file of every target (or those matching OBJECTS), and no link step.
+mapfile -t objects < <(ninja -C "$build" -t targets all | sed -n 's/^\([^:]*\.o\): .*/\1/p' | sort -u |
+  grep -E "${OBJECTS:-.}" || true)
+if [[ ${#objects[@]} -eq 0 ]]; then
+  echo "cuda_compile_check: no object matches OBJECTS='${OBJECTS:-}'" >&2
+  exit 2
+fi
+echo "cuda_compile_check: compiling ${#objects[@]} translation units with -j$jobs"
 status=0
+SECONDS=0
 ninja -C "$build" -j "$jobs" -k 0 "${objects[@]}" > "$build/compile.log" 2>&1 || status=$?
 failed=$(sed -n 's/^FAILED: \(.*\.o\).*/\1/p' "$build/compile.log")
 warnings=$(grep -c -E 'warning' "$build/compile.log" || true)
 if [[ $status -ne 0 ]]; then
-  echo "cuda_compile_check: FAILED: these translation units do not compile for CUDA:" >&2
+  echo "cuda_compile_check: FAILED after $(minutes $SECONDS): these translation units do not compile for CUDA:" >&2
   echo "$failed" | sed 's/^/  /' >&2
   grep -E ' error' "$build/compile.log" | sort -u | head -n 40 >&2
   echo "cuda_compile_check: full messages in $build/compile.log" >&2
   exit 1
 fi
-echo "cuda_compile_check: all ${#objects[@]} translation units compiled ($warnings lines with 'warning' in $build/compile.log)"
+echo "cuda_compile_check: all ${#objects[@]} translation units compiled in $(minutes $SECONDS) ($warnings lines with 'warning' in $build/compile.log)"
+# nvcc's warnings located in the project's own files (not Kokkos', not the
+# toolkit's). #20013-D / #20015-D ("calling a constexpr __host__ function
+# from a __host__ __device__ function") are real bugs in kernels: on the
+# device such a call is undefined (std::min, std::pair, a host lambda passed
+# to a KOKKOS_INLINE_FUNCTION template). STRICT=1 makes any of them fail.
+ours=$(grep -E '^[^ ]*(src|include|apps|tests|perf)/[^ ]*\([0-9]+\): warning' "$build/compile.log" |
+  grep -v -E '/(cuda-prefix|kokkos|Kokkos|targets/x86_64-linux)/' | sort | uniq -c | sort -rn || true)
+if [[ -n $ours ]]; then
+  echo "cuda_compile_check: warnings in the project's sources (count, location, text):"
+  echo "$ours" | cut -c1-300 | sed 's/^/  /'
+  [[ ${STRICT:-0} -eq 1 ]] && exit 1
+fi
+[[ $link -eq 1 ]] || exit 0
+if [[ -n ${OBJECTS:-} ]]; then
+  echo "cuda_compile_check: --link links every target; OBJECTS limits the compile step only" >&2
+fi
+
+# The link step: every target of the build (ninja compiles any object the
+# compile step left out first). Static and shared libraries, executables.
+SECONDS=0
+status=0
+ninja -C "$build" -j "$jobs" -k 0 all > "$build/link.log" 2>&1 || status=$?
+failed=$(sed -n 's/^FAILED: \(.*\)/\1/p' "$build/link.log")
+if [[ $status -ne 0 ]]; then
+  echo "cuda_compile_check: FAILED after $(minutes $SECONDS): these steps of the link do not build:" >&2
+  echo "$failed" | sed 's/^/  /' >&2
+  grep -E 'undefined reference|cannot find|error' "$build/link.log" | sort -u | head -n 40 >&2
+  echo "cuda_compile_check: full messages in $build/link.log" >&2
+  exit 1
+fi
+linked=$(ninja -C "$build" -t targets all | sed -n 's/^\([^:]*\): \(CXX_EXECUTABLE_LINKER\|CXX_STATIC_LIBRARY_LINKER\|CXX_SHARED_LIBRARY_LINKER\|C_EXECUTABLE_LINKER\|Fortran_EXECUTABLE_LINKER\)[^ ]*$/\1/p' | sort -u)
+echo "cuda_compile_check: linked $(echo "$linked" | grep -c .) targets in $(minutes $SECONDS):"
+echo "$linked" | sed 's/^/  /'
+# What the executables load: the CUDA runtime and the vendor libraries.
+for app in apps/gpipe-train apps/gpipe-plan apps/gpipe-infer; do
+  [[ -x $build/$app ]] || continue
+  libs=$(ldd "$build/$app" 2> /dev/null | sed -n 's/^\s*\(lib\(cudart\|cublas\|cublasLt\|cudnn\|cuda\)\.so[^ ]*\).*/\1/p' | sort -u | tr '\n' ' ')
+  echo "cuda_compile_check: $app needs ${libs:-no CUDA library}"
+done

@@ -38,7 +38,7 @@ const std::map<std::string, std::vector<std::string>>& schema() {
        {"type", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "schedule", "warmup_steps",
         "clip_norm"}},
       {"pipeline", {"balance", "remat", "schedule", "schedule_file", "chunks", "w_group", "link", "memory_budget",
-                    "activation_storage", "wait"}},
+                    "activation_storage", "wait", "tf32"}},
       {"pipeline.link", {"latency_us", "bandwidth_gbps"}},
       {"parallel", {"cells", "placement", "deterministic_reduction", "bucket_kib"}},
       {"checkpoint", {"directory", "every_steps", "every_epochs", "keep"}},
@@ -133,7 +133,8 @@ const std::map<std::string, Domain>& domains() {
     t["seed"] = integer(0);
     t["seed"].unsigned64 = true;
     t["precision"] = choice(std::vector<std::string>(precision_names(), precision_names() + kPrecisionCount));
-    t["kernels"] = choice({"auto", "portable", "onednn"});
+    // Every word; kernels::parse_choice then refuses one this build lacks, saying why.
+    t["kernels"] = choice({"auto", "portable", "onednn", "cublas", "cudnn"});
     t["data.format"] = choice({"idx", "hdf5", "tokens"});
     t["data.sequence_length"] = integer(1, kIntMax);
     t["model.loss"] = choice({"softmax_cross_entropy", "token_cross_entropy", "mse", "mae", "huber"});
@@ -174,6 +175,7 @@ const std::map<std::string, Domain>& domains() {
     t["pipeline.w_group"] = integer(1, 1 << 20);
     t["pipeline.activation_storage"] = choice({"auto", "float"});
     t["pipeline.wait"] = choice({"spin", "sleep"});
+    t["pipeline.tf32"].kind = Domain::Boolean;
     t["pipeline.memory_budget"] = text(false);  // a byte size: parse_byte_size
     t["pipeline.memory_budget"].description = "a byte size such as 512MiB or 2GiB";
     t["pipeline.link.latency_us"] = number(0, false);
@@ -541,6 +543,7 @@ PipelineSpec read_pipeline(const Section& p) {
   pipeline.w_group = p.value<int>("w_group", 1);
   pipeline.activation_storage16 = p.value<std::string>("activation_storage", "auto") == "auto";
   pipeline.wait_sleep = p.value<std::string>("wait", "spin") == "sleep";
+  pipeline.tf32 = p.value<bool>("tf32", false);
   if (p.has("memory_budget"))
     pipeline.memory_budget = parse_byte_size(p.value<std::string>("memory_budget", ""),
                                              p.where(p.raw("memory_budget")) + ": pipeline.memory_budget");

@@ -1,13 +1,20 @@
 // The kernel seam's choice of implementation (gpipe/kernels/backend.hpp).
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/vendor.hpp"
 
 #include <KokkosKernels_config.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+
+#if defined(GPIPE_ENABLE_CUBLAS) || defined(GPIPE_ENABLE_CUDNN)
+#include <cuda_runtime.h>
+#endif
 
 #include "gpipe/config.hpp"
 #include "gpipe/core/error.hpp"
@@ -22,6 +29,22 @@ namespace {
 
 std::atomic<int> chosen{int(Choice::automatic)};
 std::atomic<int> compute{int(Format::fp32)};
+std::atomic<bool> tf32{false};
+std::atomic<bool> tf32_noted{false};
+
+#if defined(GPIPE_ENABLE_CUBLAS) || defined(GPIPE_ENABLE_CUDNN)
+// TF32 tensor cores: compute capability 8.0 and newer (Ampere, Hopper,
+// Blackwell). Asked once; false without a device (nothing runs there).
+bool device_has_tf32() {
+  static const bool has = [] {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+    return major >= 8;
+  }();
+  return has;
+}
+#endif
 
 // oneDNN runs on host memory only.
 [[maybe_unused]] constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
@@ -200,6 +223,67 @@ Choice parse_choice(const std::string& text, const std::string& field) {
 
 void select(Choice choice) { chosen.store(int(choice)); }
 
+std::int64_t cublas_workspace_bytes() {
+#ifdef GPIPE_ENABLE_CUBLAS
+  return std::int64_t(cublas::kWorkspaceBytes);
+#else
+  return 0;
+#endif
+}
+
+void set_tf32(bool allowed) { tf32.store(allowed); }
+
+bool tf32_allowed() { return tf32.load(); }
+
+bool has_tf32(Implementation implementation, Primitive primitive) {
+#ifdef GPIPE_ENABLE_CUBLAS
+  if (implementation == Implementation::cublas &&
+      (primitive == Primitive::gemm || primitive == Primitive::gemm_bias || primitive == Primitive::batched_gemm))
+    return device_has_tf32();
+#endif
+#ifdef GPIPE_ENABLE_CUDNN
+  if (implementation == Implementation::cudnn && primitive == Primitive::conv2d) return device_has_tf32();
+#endif
+  (void)implementation;
+  (void)primitive;
+  return false;
+}
+
+bool uses_tf32(Primitive primitive) {
+  return tf32_allowed() && has_tf32(implementation(primitive, 4), primitive);
+}
+
+namespace {
+constexpr Primitive kPrimitives[] = {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm,
+                                     Primitive::attention, Primitive::conv2d};
+}  // namespace
+
+std::string tf32_summary() {
+  if (!tf32_allowed()) return "tf32 off";
+  std::string on;
+  for (Primitive p : kPrimitives)
+    if (uses_tf32(p)) on += (on.empty() ? "" : ", ") + std::string(name(p));
+  if (!on.empty()) return "tf32 on: " + on;
+  return "tf32 requested, no effect: no float primitive of this run has TF32 (fp32 throughout)";
+}
+
+std::string tf32_note() {
+  if (!tf32_allowed()) return "";
+  for (Primitive p : kPrimitives)
+    if (uses_tf32(p)) return "";
+  if (tf32_noted.exchange(true)) return "";
+  std::vector<std::string> used;
+  for (Primitive p : kPrimitives) {
+    const std::string n = name(implementation(p, 4));
+    if (std::find(used.begin(), used.end(), n) == used.end()) used.push_back(n);
+  }
+  return fmt::format(
+      "pipeline.tf32: true has no effect in this run: TF32 exists only for float GEMMs on cuBLAS and float "
+      "convolutions on cuDNN with a GPU of compute capability 8.0 or newer, and this run's float primitives "
+      "run {} (kernels: {}); computing in full fp32",
+      fmt::join(used, ", "), name(selected()));
+}
+
 void set_compute_format(Format format) { compute.store(int(format)); }
 
 Format compute_format() { return Format(compute.load()); }
@@ -261,6 +345,15 @@ std::string build_summary() {
 #elif defined(KOKKOS_ENABLE_CUDA)
   out += "; cuDNN not built (GPIPE_ENABLE_CUDNN=OFF)";
 #endif
+#if defined(GPIPE_ENABLE_CUBLAS) && defined(GPIPE_ENABLE_CUDNN)
+  out += "; TF32 (pipeline.tf32): cublas, cudnn float on compute capability >= 8.0";
+#elif defined(GPIPE_ENABLE_CUBLAS)
+  out += "; TF32 (pipeline.tf32): cublas float on compute capability >= 8.0";
+#elif defined(GPIPE_ENABLE_CUDNN)
+  out += "; TF32 (pipeline.tf32): cudnn float on compute capability >= 8.0";
+#else
+  out += "; TF32 (pipeline.tf32): none in this build";
+#endif
   return out;
 }
 
@@ -280,7 +373,7 @@ std::string selection_summary() {
                          name(implementation(p, bytes)));
       sep = ", ";
     }
-  return out;
+  return out + "; " + tf32_summary();
 }
 
 }  // namespace gpipe::kernels

@@ -53,6 +53,18 @@ void count_conv2d_primitives(std::int64_t count) { primitives_created += count; 
 
 std::int64_t conv2d_primitives_created() { return primitives_created.load(); }
 
+std::int64_t cudnn_workspace_bytes(const ConvShape& shape, std::int64_t n, int scalar_bytes) {
+  require(scalar_bytes == 4 || scalar_bytes == 8, "cudnn_workspace_bytes",
+          fmt::format("{} bytes per scalar (cuDNN runs float and double)", scalar_bytes));
+#ifdef GPIPE_ENABLE_CUDNN
+  return cudnn::workspace_bytes(shape, n, scalar_bytes);
+#else
+  (void)shape;
+  (void)n;
+  throw std::invalid_argument("gpipe::kernels::cudnn_workspace_bytes: this build has no cuDNN (GPIPE_ENABLE_CUDNN=OFF)");
+#endif
+}
+
 std::int64_t conv2d_saved_per_sample(const ConvShape& shape, Implementation implementation) {
   return implementation == Implementation::portable ? shape.taps() * shape.pixels() : 0;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpipe/kernels/conv.hpp"
+#include "gpipe/kernels/vendor.hpp"
 
 namespace gpipe::kernels {
 
@@ -57,6 +58,8 @@ std::string version();
 /// algorithm (conv_cudnn.cpp); their outputs may differ in the last bits
 /// from another micro-batch size's.
 std::int64_t cudnn_fallbacks();
+/// conv.hpp's cudnn_workspace_bytes (needs a CUDA device).
+std::int64_t workspace_bytes(const ConvShape& shape, std::int64_t n, int scalar_bytes);
 }  // namespace cudnn
 
 }  // namespace gpipe::kernels

@@ -32,8 +32,13 @@
 //     Winograd are never used (deterministic but outside the rounding bound
 //     the tests hold every implementation to). The algorithms are fixed,
 //     not timed (cudnnFind*), so two runs choose the same ones.
-//   * no TF32 or other reduced-precision math: the convolution descriptor's
-//     math type is CUDNN_FMA_MATH (FMA kernels only, no tensor cores).
+//   * no TF32 or other reduced-precision math by default: the convolution
+//     descriptor's math type is CUDNN_FMA_MATH (FMA kernels only, no tensor
+//     cores). With pipeline.tf32 (kernels::uses_tf32(conv2d) when the
+//     object is constructed) a float convolution's math type is
+//     CUDNN_TENSOR_OP_MATH: cuDNN may then run TF32 tensor-core kernels for
+//     the same fixed algorithms (fp32 accumulation; no longer within the
+//     fp32 rounding bound of the tests, still repeatable).
 //   * repeatable: same inputs, same GPU model and library version, same
 //     bits (cuDNN, "Reproducibility (Determinism)", for the algorithms
 //     above); each object owns its workspace.
@@ -122,7 +127,9 @@ class Conv2dCudnn final : public Conv2d<T>::Impl {
                                           to_int(s.stride_h, "stride"), to_int(s.stride_w, "stride"), 1, 1,
                                           CUDNN_CROSS_CORRELATION, data_type<T>()),
           "cudnnSetConvolution2dDescriptor");
-    check(cudnnSetConvolutionMathType(conv_, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+    const bool tf32 = std::is_same_v<T, float> && uses_tf32(Primitive::conv2d);
+    check(cudnnSetConvolutionMathType(conv_, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+          "cudnnSetConvolutionMathType");
     check(cudnnCreateFilterDescriptor(&filter_), "cudnnCreateFilterDescriptor");
     check(cudnnSetFilter4dDescriptor(filter_, data_type<T>(), CUDNN_TENSOR_NCHW, to_int(s.filters, "filters"),
                                      to_int(s.channels, "channels"), to_int(s.kernel_h, "kernel"),
@@ -146,6 +153,10 @@ class Conv2dCudnn final : public Conv2d<T>::Impl {
   void reserve(std::int64_t n) override {
     if (n > 0) grow(nullptr, plan(n).workspace);
   }
+
+  // The workspace bytes of calls of n samples (the memory model's query:
+  // cudnn_workspace_bytes); makes the plan, allocates nothing.
+  std::size_t workspace_bytes(std::int64_t n) { return n > 0 ? plan(n).workspace : 0; }
 
   void forward(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstBias b, Matrix<T> y,
                Saved) override {
@@ -275,6 +286,18 @@ std::int64_t cudnn_fallbacks() { return fallbacks.load(); }
 template <class T>
 std::unique_ptr<typename Conv2d<T>::Impl> make_conv2d(const ConvShape& shape) {
   return std::make_unique<Conv2dCudnn<T>>(shape);
+}
+
+std::int64_t workspace_bytes(const ConvShape& shape, std::int64_t n, int scalar_bytes) {
+  try {
+    if (scalar_bytes == 8) return std::int64_t(Conv2dCudnn<double>(shape).workspace_bytes(n));
+    return std::int64_t(Conv2dCudnn<float>(shape).workspace_bytes(n));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format(
+        "gpipe::kernels::cudnn_workspace_bytes: cuDNN gives its workspace sizes only through a handle on a CUDA "
+        "device ({}); run on a GPU node, or plan with kernels: portable",
+        e.what()));
+  }
 }
 
 template std::unique_ptr<Conv2d<float>::Impl> make_conv2d<float>(const ConvShape&);

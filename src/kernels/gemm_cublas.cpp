@@ -15,9 +15,13 @@
 //                 outer index (one call when the outer stride is inner x the
 //                 inner stride for all three operands: a single-level batch).
 //
-// Precision: float computes in CUBLAS_COMPUTE_32F (never TF32: the math mode
-// stays CUBLAS_DEFAULT_MATH and no _FAST_ compute type is used), double in
-// CUBLAS_COMPUTE_64F.
+// Precision: float computes in CUBLAS_COMPUTE_32F, double in
+// CUBLAS_COMPUTE_64F. With pipeline.tf32 (kernels::set_tf32, read at every
+// call: kernels::uses_tf32) float computes in CUBLAS_COMPUTE_32F_FAST_TF32
+// (tensor cores, operands rounded to TF32, fp32 accumulation); the math mode
+// stays CUBLAS_DEFAULT_MATH either way. The cuBLASLt descriptors and
+// algorithms are cached per compute type (the key's last field), so a TF32
+// call never reuses an fp32 algorithm or the reverse.
 //
 // Determinism (the seam's promise in gpipe/kernels/gemm.hpp):
 //   * repeatable: cuBLAS gives bitwise the same result for the same call on
@@ -55,6 +59,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "gpipe/kernels/vendor.hpp"
 #include "implementations.hpp"
 
 namespace gpipe::kernels::cublas {
@@ -65,7 +70,6 @@ static_assert(std::is_same_v<ExecSpace, Kokkos::Cuda>,
 namespace {
 
 constexpr std::int64_t kReferenceRows = 1024;
-constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;  // per stream; cuBLAS' own default on Hopper
 
 std::atomic<std::int64_t> fallbacks{0};
 
@@ -89,6 +93,15 @@ struct Types<double> {
 };
 
 cublasOperation_t op(Op o) { return o == Op::transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// The compute type of a call: TF32 for float when pipeline.tf32 allows it.
+template <class T>
+cublasComputeType_t compute_type(Primitive primitive) {
+  if constexpr (std::is_same_v<T, float>)
+    if (uses_tf32(primitive)) return CUBLAS_COMPUTE_32F_FAST_TF32;
+  (void)primitive;
+  return Types<T>::compute;
+}
 
 // The process's handles and the per-stream workspaces (one host thread
 // calls the seam; the mutex only guards first use).
@@ -131,8 +144,8 @@ struct LtEntry {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (kind, ta, tb, m, n, k, bytes): kind 0 gemm, 1 gemm_bias.
-using LtKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, int>;
+// (kind, ta, tb, m, n, k, bytes, compute type): kind 0 gemm, 1 gemm_bias.
+using LtKey = std::tuple<int, int, int, std::int64_t, std::int64_t, std::int64_t, int, int>;
 
 struct LtCache {
   std::mutex mutex;
@@ -148,9 +161,10 @@ LtCache& lt_cache() {
 // Column-major descriptors of C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m)
 // for row-major A (ar, ac), B (br, bc), C (m, n).
 template <class T>
-LtEntry describe(int kind, Op ta, Op tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* bias) {
+LtEntry describe(int kind, Op ta, Op tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* bias,
+                 cublasComputeType_t compute) {
   LtEntry e;
-  check(cublasLtMatmulDescCreate(&e.desc, Types<T>::compute, Types<T>::data), "cublasLtMatmulDescCreate");
+  check(cublasLtMatmulDescCreate(&e.desc, compute, Types<T>::data), "cublasLtMatmulDescCreate");
   const cublasOperation_t first = op(tb), second = op(ta);  // the swapped operands
   check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof first), "TRANSA");
   check(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second), "TRANSB");
@@ -202,15 +216,16 @@ LtEntry& lt_entry(int kind, Op ta, Op tb, std::int64_t m, std::int64_t n, std::i
   auto& cache = lt_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   const int bytes = int(sizeof(T));
-  const LtKey key{kind, int(ta), int(tb), m, n, k, bytes};
+  const cublasComputeType_t compute = compute_type<T>(kind == 1 ? Primitive::gemm_bias : Primitive::gemm);
+  const LtKey key{kind, int(ta), int(tb), m, n, k, bytes, int(compute)};
   auto it = cache.entries.find(key);
   if (it != cache.entries.end()) return it->second;
-  LtEntry e = describe<T>(kind, ta, tb, m, n, k, nullptr);
+  LtEntry e = describe<T>(kind, ta, tb, m, n, k, nullptr, compute);
   // The algorithm of the reference row count, for every m it fits.
-  const LtKey ref_key{kind, int(ta), int(tb), kReferenceRows, n, k, bytes};
+  const LtKey ref_key{kind, int(ta), int(tb), kReferenceRows, n, k, bytes, int(compute)};
   auto ref = cache.reference.find(ref_key);
   if (ref == cache.reference.end()) {
-    LtEntry r = describe<T>(kind, ta, tb, kReferenceRows, n, k, nullptr);
+    LtEntry r = describe<T>(kind, ta, tb, kReferenceRows, n, k, nullptr, compute);
     cublasLtMatmulAlgo_t algo{};
     if (!heuristic(r, algo))
       throw std::runtime_error(fmt::format("gpipe::kernels::cublas: no cuBLASLt algorithm for n {} k {}", n, k));
@@ -303,12 +318,13 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
                                    sb.outer_stride == inner * sb.inner_stride &&
                                    sc.outer_stride == inner * sc.inner_stride);
   const std::int64_t calls = flat ? 1 : outer, count = flat ? outer * inner : inner;
+  const cublasComputeType_t compute = compute_type<T>(Primitive::batched_gemm);
   for (std::int64_t o = 0; o < calls; ++o)
     check(cublasGemmStridedBatchedEx(lib.handle, op(tb), op(ta), int(n), int(m), int(k), &alpha,
                                      b + o * sb.outer_stride, Types<T>::data, int(sb.ld), sb.inner_stride,
                                      a + o * sa.outer_stride, Types<T>::data, int(sa.ld), sa.inner_stride, &beta,
                                      c + o * sc.outer_stride, Types<T>::data, int(sc.ld), sc.inner_stride,
-                                     int(count), Types<T>::compute, CUBLAS_GEMM_DEFAULT),
+                                     int(count), compute, CUBLAS_GEMM_DEFAULT),
           "cublasGemmStridedBatchedEx");
 }
 

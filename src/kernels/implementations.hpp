@@ -83,6 +83,9 @@ bool bf16_native();
 // Defined only in builds with GPIPE_ENABLE_CUBLAS (src/kernels/gemm_cublas.cpp),
 // at float and double; backend.cpp never picks them otherwise.
 namespace cublas {
+/// The cuBLAS / cuBLASLt workspace per stream (cuBLAS' own default on
+/// Hopper; kernels::cublas_workspace_bytes).
+constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 template <class T>
 void gemm(const ExecSpace& space, Op ta, Op tb, T alpha, ConstMatrix<T> a, ConstMatrix<T> b, T beta,
           Matrix<T> c);

@@ -26,6 +26,7 @@
 #include "gpipe/core/rng.hpp"
 #include "gpipe/layers/layer.hpp"
 #include "gpipe/kernels/conv.hpp"
+#include "gpipe/kernels/vendor.hpp"
 #include "im2col.hpp"
 
 namespace gpipe {
@@ -195,14 +196,21 @@ LayerEntry conv_entry(const char* name) {
   // The kernel's workspace (kernels/conv_*.cpp): portable, the columns of
   // a micro-batch (n taps, pixels) and the weight-gradient sum (F, taps);
   // oneDNN, the weight and bias gradients of a micro-batch that
-  // accumulates (every micro-batch after the first).
+  // accumulates (every micro-batch after the first); cuDNN, its one
+  // workspace for the three fixed algorithms at the micro-batch's rows, as
+  // cuDNN sizes it (kernels::cudnn_workspace_bytes: needs a CUDA device).
   e.workspace = [](const LayerConfig& base, const Shape& in, std::int64_t rows, int scalar_bytes,
                    int micro_batches) {
     const auto& c = static_cast<const Conv2dConfig&>(base);
     const kernels::ConvShape s = conv_shape(c, in);
     const std::int64_t b = scalar_bytes;
-    if (kernels::implementation(kernels::Primitive::conv2d, scalar_bytes) == kernels::Implementation::portable)
+    const kernels::Implementation impl = kernels::implementation(kernels::Primitive::conv2d, scalar_bytes);
+    if (impl == kernels::Implementation::portable)
       return std::vector<std::int64_t>{s.filters * s.taps() * b, rows * s.taps() * s.pixels() * b};
+    if (impl == kernels::Implementation::cudnn) {  // none allocated for 0 bytes
+      const std::int64_t bytes = kernels::cudnn_workspace_bytes(s, rows, scalar_bytes);
+      return bytes > 0 ? std::vector<std::int64_t>{bytes} : std::vector<std::int64_t>{};
+    }
     if (micro_batches > 1) return std::vector<std::int64_t>{s.filters * s.taps() * b, s.filters * b};
     return std::vector<std::int64_t>{};
   };

@@ -27,8 +27,20 @@ ExactSum::ExactSum(const std::int64_t* words) {
 
 void ExactSum::normalize() { carry(words_.data()); }
 
+namespace {
+// The host accumulator's add for exact_sum_terms. A functor callable on host
+// and device (it only ever runs on the host): exact_sum_terms is
+// KOKKOS_INLINE_FUNCTION, and nvcc warns (#20013-D) when such a function is
+// instantiated with a host-only lambda, whose device version would call a
+// host function.
+struct HostWords {
+  std::int64_t* words;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t word, std::int64_t v) const { words[word] += v; }
+};
+}  // namespace
+
 void ExactSum::add(double x) {
-  exact_sum_terms(x, 0, [this](std::int64_t word, std::int64_t v) { words_[size_t(word)] += v; });
+  exact_sum_terms(x, 0, HostWords{words_.data()});
   normalize();
 }
 

@@ -10,6 +10,7 @@
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/vendor.hpp"
 #include "gpipe/layers/registry.hpp"
 #include "gpipe/layers/tied.hpp"
 #include "gpipe/loss/exact_sum.hpp"
@@ -88,6 +89,7 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
   std::vector<CellMemory> out;
   for (int k = 0; k < K; ++k) {
     std::int64_t params = 0, state = 0, layers_on_rank = 0;
+    bool gemm_layers = false;  // a layer that calls the seam's GEMMs (dense, lm_head, transformer_block)
     std::int64_t scratch_a = 0, scratch_b = 0, scratch_x = 0, scratch_dy = 0;  // values
     Term workspaces, activations, gradient_buffers, staging;
     // A boundary buffer of `values` values: the float buffer (none with
@@ -111,6 +113,8 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         state += layer(l).state_count();
         ++layers_on_rank;
         widest = std::max(widest, layer(l).output.size());
+        const std::string type = layer(l).type();
+        gemm_layers = gemm_layers || type == "dense" || type == "lm_head" || type == "transformer_block";
         if (layer(l).entry && layer(l).entry->workspace)
           for (const std::int64_t b : layer(l).entry->workspace(*layer(l).spec.config, layer(l).input, rows, int(s), M))
             workspaces.add(b);
@@ -235,6 +239,15 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     c.optimizer = (deck.optimizer.type == "sgd" ? 1 : 2) * view_bytes(values * s);
     c.activations = activations.bytes;
     c.gradient_buffers = gradient_buffers.bytes;
+    // The cublas implementation's workspace, one per stream (the default
+    // instance: one per process), made at the first GEMM it runs; a conv2d
+    // on cuDNN is in the layer's workspace (its registry entry asks cuDNN).
+    const auto on_cublas = [&](kernels::Primitive p) {
+      return kernels::implementation(p, int(s)) == kernels::Implementation::cublas;
+    };
+    if (gemm_layers && (on_cublas(kernels::Primitive::gemm) || on_cublas(kernels::Primitive::gemm_bias) ||
+                        on_cublas(kernels::Primitive::batched_gemm)))
+      workspaces.add(kernels::cublas_workspace_bytes());
     c.workspaces = workspaces.bytes;
     // bf16 / fp16: the copy of the rank's weights the primitives read,
     // refreshed after each step (kernels::WeightCopy): bf16 values with

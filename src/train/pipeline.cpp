@@ -14,6 +14,7 @@
 #include "gpipe/core/kokkos_compat.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/kernels/gemm.hpp"
+#include "gpipe/kernels/vendor.hpp"
 #include "gpipe/train/memory.hpp"
 #include "gpipe/model/cost.hpp"
 #include "gpipe/optim/clip.hpp"
@@ -68,6 +69,14 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
       throw InputError(fmt::format("{}: precision: {} keeps {} master weights; this is a {}-byte pipeline", deck.path,
                                    deck.precision, name(precision_.master), sizeof(T)));
     kernels::set_compute_format(precision_.compute);  // the seam rounds operands (bf16 / fp16); before any timing
+    // pipeline.tf32: before any layer (cuDNN fixes its math type when a
+    // Conv2d is made); where nothing has TF32, a note once per process.
+    kernels::set_tf32(deck.pipeline.tf32);
+    if (const std::string note = kernels::tf32_note(); !note.empty()) {
+      int rank = 0;
+      MPI_Comm_rank(comm, &rank);
+      if (rank == 0) spdlog::info("{}", note);
+    }
     if (precision_.loss_scaling)
       scaler_ = LossScaler(deck.training.loss_scale, deck.training.loss_scale_growth_interval,
                            deck.training.loss_scale_growth, deck.training.loss_scale_backoff);

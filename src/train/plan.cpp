@@ -13,6 +13,7 @@
 #include "gpipe/pipeline/schedule_file.hpp"
 
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/kernels/vendor.hpp"
 #include "gpipe/model/shapes.hpp"
 #include "gpipe/pipeline/cell.hpp"
 
@@ -130,6 +131,7 @@ void check_same_schedule(const Schedule& schedule, const Deck& deck, MPI_Comm co
 RunPlan plan_run(const Deck& deck, int ranks) {
   RunPlan plan;
   kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // conv2d's saved bytes
+  kernels::set_tf32(deck.pipeline.tf32);  // cuDNN's workspace sizes follow its math type
   plan.grid = grid_shape(deck, ranks);
   const int K = plan.grid.cells, D = plan.grid.replicas;
   plan.micro_batch = largest_micro_batch(deck, D);

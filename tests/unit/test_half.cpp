@@ -176,6 +176,20 @@ TEST(Half, EveryPatternRoundTripsExactly) {
   }
 }
 
+// The kernel of the next test: a free function, since nvcc rejects a
+// KOKKOS_LAMBDA in a TEST body (GoogleTest's TestBody is private).
+void convert_on_device(const Kokkos::View<float*, gpipe::MemSpace>& x, const Kokkos::View<gpipe::bf16*, gpipe::MemSpace>& b,
+                       const Kokkos::View<gpipe::fp16*, gpipe::MemSpace>& h,
+                       const Kokkos::View<float*, gpipe::MemSpace>& back) {
+  Kokkos::parallel_for(
+      "gpipe::test::half_convert", Kokkos::RangePolicy<gpipe::ExecSpace>(gpipe::ExecSpace(), 0, int(x.extent(0))),
+      KOKKOS_LAMBDA(const int i) {
+        b(i) = gpipe::bf16(x(i));
+        h(i) = gpipe::fp16(x(i));
+        back(i) = float(b(i)) + float(h(i));
+      });
+}
+
 TEST(Half, ConvertsInsideAKernelAsOnTheHost) {
   const int n = 4096;
   Kokkos::View<float*, gpipe::MemSpace> x("x", n);
@@ -187,13 +201,7 @@ TEST(Half, ConvertsInsideAKernelAsOnTheHost) {
   Kokkos::View<gpipe::bf16*, gpipe::MemSpace> b("b", n);
   Kokkos::View<gpipe::fp16*, gpipe::MemSpace> h("h", n);
   Kokkos::View<float*, gpipe::MemSpace> back("back", n);
-  Kokkos::parallel_for(
-      "gpipe::test::half_convert", Kokkos::RangePolicy<gpipe::ExecSpace>(gpipe::ExecSpace(), 0, n),
-      KOKKOS_LAMBDA(const int i) {
-        b(i) = gpipe::bf16(x(i));
-        h(i) = gpipe::fp16(x(i));
-        back(i) = float(b(i)) + float(h(i));
-      });
+  convert_on_device(x, b, h, back);
   auto bh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
   auto hh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), h);
   auto backh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), back);

@@ -11,12 +11,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "../common/test_util.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "gpipe/kernels/gemm.hpp"
+#include "gpipe/kernels/vendor.hpp"
+#include "gpipe/train/plan.hpp"
 
 namespace gpipe {
 namespace {
@@ -182,6 +186,53 @@ void batched_against_portable() {
 
 TEST(KernelsCublas, BatchedAgainstPortableFloat) { batched_against_portable<float>(); }
 TEST(KernelsCublas, BatchedAgainstPortableDouble) { batched_against_portable<double>(); }
+
+// pipeline.tf32: every entry of A is 1 + 2^-12 (exact in fp32; TF32 keeps 10
+// mantissa bits, so it becomes 1), B is all ones: each of C's n x n entries
+// is 256 (1 + 2^-12) = 256.0625 exactly in fp32, and 256 with TF32 operands
+// (fp32 accumulation of 256 ones). Off again: fp32, bitwise.
+TEST(KernelsCublas, Tf32RoundsTheOperandsOnlyWhenAllowed) {
+  if (!kernels::has_tf32(kernels::Implementation::cublas, kernels::Primitive::gemm))
+    GTEST_SKIP() << "no TF32 on this GPU (compute capability < 8.0)";
+  const std::int64_t n = 256;
+  const float one_plus = 1.0f + std::ldexp(1.0f, -12);
+  const auto a = test::to_device(std::vector<float>(size_t(n * n), one_plus), n, n);
+  const auto b = test::to_device(std::vector<float>(size_t(n * n), 1.0f), n, n);
+  const Matrix<float> zero("c0", n, n);
+  kernels::set_tf32(false);
+  for (float v : run<float>(Choice::cublas, Op::none, Op::none, 1.0f, a, b, 0.0f, zero)) ASSERT_EQ(v, 256.0625f);
+  kernels::set_tf32(true);
+  EXPECT_TRUE(kernels::uses_tf32(kernels::Primitive::gemm) || std::getenv("GPIPE_KERNELS"));
+  {
+    Selected s(Choice::cublas);
+    EXPECT_EQ(kernels::tf32_summary(), "tf32 on: gemm, gemm_bias, batched_gemm");
+  }
+  for (float v : run<float>(Choice::cublas, Op::none, Op::none, 1.0f, a, b, 0.0f, zero)) ASSERT_EQ(v, 256.0f);
+  // Double never uses TF32.
+  const auto ad = test::to_device(std::vector<double>(size_t(n * n), double(one_plus)), n, n);
+  const auto bd = test::to_device(std::vector<double>(size_t(n * n), 1.0), n, n);
+  const Matrix<double> zerod("c0", n, n);
+  for (double v : run<double>(Choice::cublas, Op::none, Op::none, 1.0, ad, bd, 0.0, zerod)) ASSERT_EQ(v, 256.0625);
+  kernels::set_tf32(false);
+  for (float v : run<float>(Choice::cublas, Op::none, Op::none, 1.0f, a, b, 0.0f, zero)) ASSERT_EQ(v, 256.0625f);
+  EXPECT_NE(kernels::build_summary().find("; TF32 (pipeline.tf32): cublas"), std::string::npos)
+      << kernels::build_summary();
+}
+
+// The memory model counts cuBLAS's workspace (a 32 MiB Kokkos View, one per
+// stream, made at the first cuBLAS GEMM) where the deck's GEMMs run on it.
+TEST(KernelsCublas, MemoryModelCountsItsWorkspace) {
+  if (std::getenv("GPIPE_KERNELS")) GTEST_SKIP() << "GPIPE_KERNELS overrides the deck's choice";
+  const std::string mlp =
+      "seed: 1\nmodel:\n  input: 6\n  layers: [{type: dense, units: 5}, {type: relu}, {type: dense, units: 3}]\n"
+      "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n"
+      "training: {epochs: 1, batch_size: 8, micro_batches: 2}\noptimizer: {type: sgd, lr: 0.1}\n";
+  const RunPlan portable = plan_run(parse_deck("kernels: portable\n" + mlp, "deck.yaml"), 1);
+  const RunPlan cublas = plan_run(parse_deck("kernels: cublas\n" + mlp, "deck.yaml"), 1);
+  kernels::select(Choice::automatic);
+  EXPECT_EQ(kernels::cublas_workspace_bytes(), std::int64_t(32) << 20);
+  EXPECT_EQ(cublas.memory[0].workspaces - portable.memory[0].workspaces, std::int64_t(32) << 20);
+}
 
 }  // namespace
 }  // namespace gpipe

@@ -27,7 +27,11 @@
 #include <vector>
 
 #include "../common/conv_cases.hpp"
+#include "../common/test_util.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/core/memory.hpp"
+#include "gpipe/kernels/vendor.hpp"
+#include "gpipe/train/plan.hpp"
 #include "gpipe/kernels/conv.hpp"
 
 namespace gpipe {
@@ -150,6 +154,64 @@ TEST(KernelsCudnn, RepeatableAcrossBatchSizesThroughOneObject) {
   EXPECT_EQ(first.dx, again.dx);
   EXPECT_EQ(first.dw, again.dw);
   EXPECT_EQ(first.db, again.db);
+}
+
+// The workspace the memory model counts is the one cuDNN's object allocates:
+// reserve(n) makes exactly one View of cudnn_workspace_bytes (rounded up
+// to 8 bytes as every Kokkos View), none for 0 bytes; and plan_run's conv2d
+// workspace at kernels: cudnn is that size at the micro-batch's rows.
+TEST(KernelsCudnn, MemoryModelCountsItsWorkspace) {
+  for (const ConvShape& s : {shape(3, 6, 5, 4, 3, 3, 2, 1), shape(1, 8, 8, 4, 3, 3, 1, 0), shape(16, 12, 12, 8, 5, 5, 1, 2)})
+    for (std::int64_t n : {1, 4, 32}) {
+      const std::int64_t want = kernels::cudnn_workspace_bytes(s, n, 4);
+      EXPECT_GE(want, 0);
+      memory::start_tracking();
+      const std::int64_t before = memory::live_bytes();
+      {
+        kernels::Conv2d<float> conv(s, Implementation::cudnn);
+        conv.reserve(n);
+        EXPECT_EQ(memory::live_bytes() - before, want == 0 ? 0 : (want + 7) / 8 * 8) << "n " << n;
+      }
+      memory::stop_tracking();
+    }
+  if (std::getenv("GPIPE_KERNELS")) return;
+  const std::string cnn =
+      "seed: 1\nmodel:\n  input: [1, 8, 8]\n  layers: [{type: conv2d, filters: 4, kernel: 3}, {type: relu}, "
+      "{type: flatten}, {type: dense, units: 3}]\n"
+      "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n"
+      "training: {epochs: 1, batch_size: 8, micro_batches: 2}\noptimizer: {type: sgd, lr: 0.1}\n";
+  const RunPlan portable = plan_run(parse_deck("kernels: portable\n" + cnn, "deck.yaml"), 1);
+  const RunPlan cudnn = plan_run(parse_deck("kernels: cudnn\n" + cnn, "deck.yaml"), 1);
+  kernels::select(Choice::automatic);
+  const std::int64_t bytes = kernels::cudnn_workspace_bytes(shape(1, 8, 8, 4, 3, 3, 1, 0), 4, 4);
+  // portable: the columns of a micro-batch (4 x 9 taps x 36 pixels) and the weight-gradient sum (4 x 9).
+  EXPECT_EQ(portable.memory[0].workspaces - cudnn.memory[0].workspaces,
+            (4 * 9 * 36 + 4 * 9) * 4 - (bytes == 0 ? 0 : (bytes + 7) / 8 * 8));
+}
+
+// pipeline.tf32 on cuDNN: x all 1 + 2^-12 (TF32 keeps 10 mantissa bits: 1),
+// w all ones, 16 channels x 3 x 3 taps: each output is 144 (1 + 2^-12) =
+// 144.03515625 exactly in fp32 and 144 with TF32 operands. The math type is
+// fixed when the Conv2d is made.
+TEST(KernelsCudnn, Tf32OnlyWhenAllowedAtConstruction) {
+  if (!kernels::has_tf32(Implementation::cudnn, Primitive::conv2d))
+    GTEST_SKIP() << "no TF32 on this GPU (compute capability < 8.0)";
+  const ConvShape s = shape(16, 6, 6, 2, 3, 3, 1, 0);
+  const std::int64_t n = 2;
+  const float one_plus = 1.0f + std::ldexp(1.0f, -12);
+  const auto x = test::to_device(std::vector<float>(size_t(n * s.in_features()), one_plus), n, s.in_features());
+  const auto w = test::to_device(std::vector<float>(size_t(s.filters * s.taps()), 1.0f), s.filters, s.taps());
+  const auto outputs = [&](bool tf32) {
+    kernels::set_tf32(tf32);
+    kernels::Conv2d<float> conv(s, Implementation::cudnn);
+    kernels::set_tf32(!tf32);  // fixed at construction: a later change does not matter
+    Matrix<float> y("y", n, s.out_features());
+    conv.forward(ExecSpace(), x, w, kernels::Conv2d<float>::ConstBias(), y, kernels::Conv2d<float>::Saved());
+    kernels::set_tf32(false);
+    return test::to_host(y);
+  };
+  for (float v : outputs(false)) ASSERT_EQ(v, 144.03515625f);
+  for (float v : outputs(true)) ASSERT_EQ(v, 144.0f);
 }
 
 }  // namespace

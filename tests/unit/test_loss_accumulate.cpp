@@ -221,6 +221,15 @@ TEST(ExactSum, EveryOrderAndSplitGivesTheReference) {
   EXPECT_EQ(ExactSum(words.data()).value(), reference);
 }
 
+// The kernel of the next test: a free function, since nvcc rejects a
+// KOKKOS_LAMBDA in a TEST body (GoogleTest's TestBody is private).
+template <class V, class W>
+void exact_sum_on_device(const V& v, const W& words) {
+  Kokkos::parallel_for(
+      "test::exact_sum", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, std::int64_t(v.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) { exact_sum_atomic_add(words, 0, v(i, 0)); });
+}
+
 // The terms added on the device with atomics (exact_sum_atomic_add) in a
 // parallel kernel give the host's words.
 TEST(ExactSum, DeviceAtomicAddsGiveTheHostWords) {
@@ -229,9 +238,7 @@ TEST(ExactSum, DeviceAtomicAddsGiveTheHostWords) {
   for (double x : values) host.add(x);
   const auto v = test::to_device(values, std::int64_t(values.size()), 1);
   Kokkos::View<std::int64_t*, MemSpace> words("words", kExactWords);
-  Kokkos::parallel_for(
-      "test::exact_sum", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, std::int64_t(values.size())),
-      KOKKOS_LAMBDA(const std::int64_t i) { exact_sum_atomic_add(words, 0, v(i, 0)); });
+  exact_sum_on_device(v, words);
   const auto h = test::to_host(words);
   const ExactSum device(h.data());
   EXPECT_TRUE(device == host);

@@ -68,6 +68,11 @@ struct PipelineSpec {
   /// float (false: float buffers of the same 16-bit values; bitwise the
   /// same results, twice the bytes).
   bool activation_storage16 = true;
+  /// pipeline.tf32: float GEMMs and convolutions may use TF32 where the
+  /// implementation and GPU have it (cuBLAS, cuDNN on compute capability
+  /// >= 8.0; gpipe/kernels/backend.hpp set_tf32); no effect elsewhere (a
+  /// note once per process). Not bitwise fp32.
+  bool tf32 = false;
 };
 
 /// The D x K rank grid (docs/design.md, "Data x pipeline parallelism").

@@ -35,7 +35,13 @@ struct CellMemory {
   /// backward's two ping-pong rows; with 16-bit storage the float working
   /// buffer a 16-bit layer input is unpacked into: float).
   std::int64_t gradient_buffers = 0;
-  std::int64_t workspaces = 0;   ///< layers' reserve() workspaces and the loss's row buffers
+  /// Layers' reserve() workspaces (a conv2d on cuDNN: cuDNN's own size,
+  /// kernels::cudnn_workspace_bytes, which needs a CUDA device), the loss's
+  /// row buffers, and in CUDA builds whose GEMMs run on the cublas
+  /// implementation its 32 MiB cuBLAS workspace (kernels::cublas_workspace_bytes).
+  /// Libraries' internal allocations outside Kokkos (Kokkos Kernels' own
+  /// cuBLAS handle, cuDNN's handle) are not Kokkos Views and not counted.
+  std::int64_t workspaces = 0;
   /// Pipeline's mini-batch inputs (first cell) and targets (last), and the
   /// tied embeddings' peer V x d slice on the two tied cells when they
   /// differ (held from construction). With the tied pair on one rank,

@@ -53,3 +53,8 @@ template <class T>
 void OutOfClass<T>::run(int n) {
   Kokkos::parallel_for(n, KOKKOS_LAMBDA(int i) { (void)i; });
 }
+
+// A GoogleTest body is a private TestBody(): nvcc rejects the lambda.
+TEST(Suite, Name) {
+  Kokkos::parallel_for(4, KOKKOS_LAMBDA(int i) { (void)i; });  // HIT
+}
