@@ -25,7 +25,8 @@ using test::world_rank;
 using test::world_size;
 
 std::string deck(const std::string& pipeline) {
-  return test::deck_text("[{type: dense, units: 6}, {type: relu}, {type: dense, units: 3}]", 5, 8, 2, "float",
+  return test::deck_text("[{type: dense, units: 6}, {type: relu}, {type: dense, units: 6}, {type: relu}, {type: dense, units: 3}]",
+                         5, 8, 2, "float",
                          pipeline);
 }
 
