@@ -140,10 +140,18 @@ void check_schedule(const Schedule& s, const std::string& source) {
             break;
           case kG:
             training = true;
-            for (int q = 0; q < M; ++q)
-              if (!where(kB, st, q).exists() && !where(kI, st, q).exists())
+            for (int q = 0; q < M; ++q) {
+              // A split backward's W already computes micro-batch q's weight
+              // gradient: a G too would add it twice (the checker let it
+              // through and the run trained on doubled gradients).
+              if (where(kI, st, q).exists())
+                bad(fmt::format("stage {} splits the backward of micro-batch {} (I and W): its W computes the "
+                                "weight gradient, a whole-batch W (G) would add it again",
+                                st, q));
+              if (!where(kB, st, q).exists())
                 bad(fmt::format("runs before {} (the whole-batch W follows every backward of its stage)",
                                 to_string(Op{OpKind::Backward, q, st})));
+            }
             break;
           default: break;
         }

@@ -432,3 +432,43 @@ TEST(GroupedWInputs, ErrorNamesTheDecksSchedule) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+// A G (whole-batch W) on a stage whose backwards are split into I and W
+// computed the weight gradient twice: check_schedule accepted the file and
+// the run trained on doubled gradients (train loss 2.59 against 0.94).
+TEST(ScheduleInputs, WholeBatchWOnASplitStageIsAnError) {
+  const auto G = [](int stage) {
+    for (int k = 0; k < 64; ++k)
+      if (op_letter(OpKind(k)) == 'G') return Op{OpKind(k), 0, stage};
+    return Op{};
+  };
+  const auto message = [](const Schedule& s) {
+    try {
+      check_schedule(s, "s.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  Schedule zb = zero_bubble(2, 4, Remat::Never);
+  ASSERT_EQ(zb.ops[0].size(), 12u);
+  zb.ops[0].push_back(G(0));
+  EXPECT_EQ(message(zb), "s.yaml: rank 0, op 12 (G(0) of stage 0): stage 0 splits the backward of micro-batch 0 (I and "
+                         "W): its W computes the weight gradient, a whole-batch W (G) would add it again");
+  // Another instance: one split micro-batch (3) among fused ones, on rank 1.
+  Schedule mixed = fill_drain(2, 4, Remat::Never);  // F0..3, B3..0, G per rank
+  auto& ops = mixed.ops[1];
+  ASSERT_EQ(ops[4].kind, OpKind::Backward);
+  ASSERT_EQ(ops[4].micro_batch, 3);
+  ops[4].kind = OpKind::BackwardInput;
+  ops.insert(ops.begin() + 5, Op{OpKind::BackwardWeights, 3, 1});
+  EXPECT_EQ(message(mixed), "s.yaml: rank 1, op 9 (G(0) of stage 1): stage 1 splits the backward of micro-batch 3 (I "
+                            "and W): its W computes the weight gradient, a whole-batch W (G) would add it again");
+  EXPECT_EQ(message(fill_drain(2, 4, Remat::Never)), "(no error)");
+}
+
+}  // namespace
+}  // namespace gpipe
