@@ -26,6 +26,8 @@
 #   OBJECTS (an extended regular expression: compile only the objects whose
 #   path matches it, e.g. 'gpipe.dir/src/' for the library; default all),
 #   STRICT=1 (fail on any nvcc warning located in the project's own files).
+# Compiles in stages (library, apps, tests, other, perf: the most useful first)
+# and, after each stage, lists the objects that compiled in BUILD_DIR/compiled.txt.
 # Prints each step's wall time. Exit status 0 when every object compiled
 # (and, with --link, every target linked); otherwise 1, with the failing
 # translation units or targets listed (the messages are in BUILD_DIR/compile.log
@@ -102,10 +104,45 @@ if [[ ${#objects[@]} -eq 0 ]]; then
   echo "cuda_compile_check: no object matches OBJECTS='${OBJECTS:-}'" >&2
   exit 2
 fi
+# In stages, the most useful first, so that a run stopped part way (a slow or
+# shared machine: one nvcc translation unit can take 10-30 minutes under load)
+# has checked the library before the programs and the programs before the
+# tests: library (gpipe.dir/src/), apps/, tests/, everything else (examples,
+# the installed-header checks, Fortran), perf/. Each stage prints how many of
+# its objects compiled and its wall time; BUILD_DIR/compiled.txt lists, in
+# order, every object of this run that compiled (with the stage and the time).
+stage_of() {
+  case $1 in
+    *gpipe.dir/src/*) echo 1 ;;
+    apps/*) echo 2 ;;
+    tests/*) echo 3 ;;
+    perf/*) echo 5 ;;
+    *) echo 4 ;;
+  esac
+}
+stage_names=("" library apps tests other perf)
 echo "cuda_compile_check: compiling ${#objects[@]} translation units with -j$jobs"
 status=0
-SECONDS=0
-ninja -C "$build" -j "$jobs" -k 0 "${objects[@]}" > "$build/compile.log" 2>&1 || status=$?
+total=0
+: > "$build/compile.log"
+: > "$build/compiled.txt"
+for stage in 1 2 3 4 5; do
+  part=()
+  for o in "${objects[@]}"; do [[ $(stage_of "$o") == "$stage" ]] && part+=("$o"); done
+  [[ ${#part[@]} -gt 0 ]] || continue
+  SECONDS=0
+  ninja -C "$build" -j "$jobs" -k 0 "${part[@]}" >> "$build/compile.log" 2>&1 || status=1
+  done_here=0
+  for o in "${part[@]}"; do
+    if [[ -f $build/$o ]] && ! grep -q -F "FAILED: $o" "$build/compile.log"; then
+      done_here=$((done_here + 1))
+      echo "${stage_names[$stage]} $(date -u +%H:%M:%S) $o" >> "$build/compiled.txt"
+    fi
+  done
+  total=$((total + SECONDS))
+  echo "cuda_compile_check: ${stage_names[$stage]}: $done_here of ${#part[@]} compiled in $(minutes $SECONDS)"
+done
+SECONDS=$total
 failed=$(sed -n 's/^FAILED: \(.*\.o\).*/\1/p' "$build/compile.log")
 warnings=$(grep -c -E 'warning' "$build/compile.log" || true)
 if [[ $status -ne 0 ]]; then
