@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../common/kernel_choice.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/kernels/attention.hpp"
 #include "gpipe/kernels/backend.hpp"
@@ -27,7 +28,7 @@ using kernels::Choice;
 
 std::vector<Choice> forced_choices() {
   std::vector<Choice> out;
-  for (auto i : kernels::available()) out.push_back(i == kernels::Implementation::portable ? Choice::portable : Choice::onednn);
+  for (auto i : kernels::available()) out.push_back(test::forcing(i));
   return out;
 }
 

@@ -10,9 +10,13 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "../common/kernel_choice.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/kernels/backend.hpp"
@@ -27,7 +31,7 @@ using kernels::Op;
 // Every choice that forces one implementation, portable first.
 std::vector<Choice> forced_choices() {
   std::vector<Choice> out;
-  for (auto i : kernels::available()) out.push_back(i == kernels::Implementation::portable ? Choice::portable : Choice::onednn);
+  for (auto i : kernels::available()) out.push_back(test::forcing(i));
   return out;
 }
 
@@ -119,10 +123,9 @@ void against_portable() {
     const auto bound = run_gemm<T>(Choice::portable, bound_case, absolute(a), absolute(b), absolute(c0));
     const double gamma = double(c.k + 2) * eps / (1 - double(c.k + 2) * eps);
     const auto ref = run_gemm<T>(Choice::portable, c, a, b, c0);
-    for (Choice choice : forced_choices()) {
-      if (!kernels::has(choice == Choice::onednn ? kernels::Implementation::onednn : kernels::Implementation::portable,
-                        kernels::Primitive::gemm, int(sizeof(T))))
-        continue;
+    for (const auto impl : kernels::available()) {
+      if (!kernels::has(impl, kernels::Primitive::gemm, int(sizeof(T)))) continue;
+      const Choice choice = test::forcing(impl);
       const auto got = run_gemm<T>(choice, c, a, b, c0);
       for (size_t e = 0; e < ref.size(); ++e)
         // Both results are within gamma * bound of the exact one.
@@ -357,6 +360,18 @@ TEST(KernelsGemm, ShapeErrors) {
   }
 }
 
+// The words a build accepts depend on what it reports it has: always auto,
+// portable and onednn, then cublas and cudnn where built (a CUDA build:
+// "expected auto, portable, onednn, cublas or cudnn").
+std::string expected_choices() {
+  std::vector<std::string> words{"auto", "portable", "onednn"};
+  for (const auto i : kernels::available())
+    if (i == kernels::Implementation::cublas || i == kernels::Implementation::cudnn) words.push_back(kernels::name(i));
+  std::string out = words[0];
+  for (size_t i = 1; i < words.size(); ++i) out += (i + 1 == words.size() ? " or " : ", ") + words[i];
+  return out;
+}
+
 TEST(KernelsBackend, ChoiceParsingAndSummary) {
   EXPECT_EQ(kernels::parse_choice("auto", "f"), Choice::automatic);
   EXPECT_EQ(kernels::parse_choice("portable", "f"), Choice::portable);
@@ -364,9 +379,13 @@ TEST(KernelsBackend, ChoiceParsingAndSummary) {
     kernels::parse_choice("fast", "deck.yaml: kernels");
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "deck.yaml: kernels: unknown kernels 'fast' (expected auto, portable or onednn)");
+    EXPECT_EQ(std::string(e.what()), "deck.yaml: kernels: unknown kernels 'fast' (expected " + expected_choices() + ")");
   }
-  const bool onednn = kernels::available().size() > 1;
+  const auto impls = kernels::available();
+  const bool onednn = std::find(impls.begin(), impls.end(), kernels::Implementation::onednn) != impls.end();
+  // oneDNN compiled in but unused (a device memory space, e.g. CUDA with
+  // GPIPE_ENABLE_ONEDNN on) is a different error from oneDNN not built.
+  const bool onednn_built = kernels::build_summary().find("oneDNN not built") == std::string::npos;
   if (onednn) {
     EXPECT_EQ(kernels::parse_choice("onednn", "f"), Choice::onednn);
   } else {
@@ -374,8 +393,27 @@ TEST(KernelsBackend, ChoiceParsingAndSummary) {
       kernels::parse_choice("onednn", "deck.yaml: kernels");
       FAIL() << "no error";
     } catch (const InputError& e) {
-      EXPECT_STREQ(e.what(), "deck.yaml: kernels: this build has no oneDNN (configure with GPIPE_ENABLE_ONEDNN=ON "
-                             "and oneDNN installed); expected auto or portable");
+      if (onednn_built)
+        EXPECT_EQ(std::string(e.what()), std::string("deck.yaml: kernels: 'onednn' runs on host memory only; this "
+                                                     "build's memory space is ") + MemSpace::name());
+      else
+        EXPECT_STREQ(e.what(), "deck.yaml: kernels: this build has no oneDNN (configure with GPIPE_ENABLE_ONEDNN=ON "
+                               "and oneDNN installed); expected auto or portable");
+    }
+  }
+  for (const auto vendor : {kernels::Implementation::cublas, kernels::Implementation::cudnn}) {
+    const std::string word = kernels::name(vendor);
+    if (std::find(impls.begin(), impls.end(), vendor) != impls.end()) {
+      EXPECT_EQ(kernels::parse_choice(word, "f"), test::forcing(vendor));
+      continue;
+    }
+    try {
+      kernels::parse_choice(word, "GPIPE_KERNELS");
+      FAIL() << "no error for " << word;
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("GPIPE_KERNELS: this build has no " + std::string(word == "cublas" ? "cuBLAS" : "cuDNN"), 0), 0u) << what;
+      EXPECT_NE(what.find("; expected " + expected_choices()), std::string::npos) << what;
     }
   }
   Selected sel(Choice::portable);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../common/kernel_choice.hpp"
 #include "../common/layer_harness.hpp"
 #include "gpipe/kernels/backend.hpp"
 
@@ -146,7 +147,7 @@ TEST(LayerValues, FloatGeluNearTheDoubleFormulaPerImplementation) {
   std::vector<std::vector<float>> outputs;
   for (const auto impl : kernels::available()) {
     if (!kernels::has(impl, kernels::Primitive::eltwise, 4)) continue;
-    kernels::select(impl == kernels::Implementation::portable ? kernels::Choice::portable : kernels::Choice::onednn);
+    kernels::select(test::forcing(impl));
     ASSERT_EQ(kernels::implementation(kernels::Primitive::eltwise, 4), impl);
     Matrix<float> y("y", 1, n), dx("dx", 1, n);
     layer->forward(ctx, xd, y, SavedView<float>());

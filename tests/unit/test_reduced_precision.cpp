@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../common/kernel_choice.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/half.hpp"
@@ -51,7 +52,7 @@ struct Selected {
 std::vector<Choice> forced_choices() {
   std::vector<Choice> out;
   for (auto i : kernels::available())
-    out.push_back(i == kernels::Implementation::portable ? Choice::portable : Choice::onednn);
+    out.push_back(test::forcing(i));
   return out;
 }
 
@@ -322,7 +323,7 @@ TEST(ReducedPrecision, OneDnnBf16ConvAgainstPortable) {
     auto run = [&](kernels::Implementation impl) {
       // kernels: onednn, so oneDNN's bf16 primitives run even where `auto`
       // picks the rounded route (no AMX: onednn::bf16_native).
-      kernels::select(impl == kernels::Implementation::onednn ? kernels::Choice::onednn : kernels::Choice::portable);
+      kernels::select(test::forcing(impl));
       kernels::Conv2d<float> conv(cs, impl);
       using C = kernels::Conv2d<float>;
       const ComputeScope scope(Format::bf16);
