@@ -19,6 +19,9 @@
 #   WAIT        pipeline.wait of the runs (default sleep: waiting ranks sleep
 #               between MPI_Test calls instead of polling a core, so the rank
 #               whose emulated op ends gets a core at once; spin to compare)
+#   HOP_US      a second prediction of every point with gpipe-plan --latency-us
+#               HOP_US (default 200): the tables then give the per-hop delay
+#               that would make the model's step the measured one (0: skip)
 #   GPIPE_TRAIN, GPIPE_PLAN (default build/apps/gpipe-{train,plan}), MPIRUN
 #   (default mpirun), PYTHON (with h5py).
 #
@@ -44,6 +47,7 @@ steps=${STEPS:-6}
 rows=${ROWS:-16}
 scale=${SCALE:-10}
 wait=${WAIT:-sleep}
+hop_us=${HOP_US:-200}
 train="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
 plan="${GPIPE_PLAN:-$root/build/apps/gpipe-plan}"
 for b in "$train" "$plan"; do
@@ -70,7 +74,7 @@ mkdir -p "$out"
 deck="$out/emulated_balanced_32.yaml"
 "$py" perf/schedules_emulated.py --deck "$scale" > "$deck"
 { echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
-  echo "scale: $scale, wait: $wait, steps: $steps, rows: $rows"
+  echo "scale: $scale, wait: $wait, steps: $steps, rows: $rows, hop_us: $hop_us"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"; } >> "$out/study.txt"
 failed=0
 for k in $cells; do
@@ -82,6 +86,10 @@ for k in $cells; do
       name="K${k}_M${m}_${s}"
       sets=(--set training.batch_size="$n" --set training.micro_batches="$m" --set pipeline.schedule="$s"
             --set pipeline.chunks="$v" --set parallel.cells="$k" --set pipeline.wait="$wait")
+      if [ "$hop_us" != 0 ] && [ ! -s "$out/$name.hop.json" ]; then
+        "$plan" "$deck" "${sets[@]}" --ranks "$k" --latency-us "$hop_us" --json > "$out/$name.hop.json" 2> "$out/$name.hop.log" ||
+          rm -f "$out/$name.hop.json"
+      fi
       [ -f "$out/$name.json" ] && [ -s "$out/$name.plan.json" ] && continue
       "$plan" "$deck" "${sets[@]}" --ranks "$k" --json > "$out/$name.plan.json" 2> "$out/$name.plan.log" ||
         { echo "$name: gpipe-plan FAILED (see $out/$name.plan.log)" >&2; failed=1; }
