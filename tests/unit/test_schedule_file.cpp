@@ -317,6 +317,26 @@ TEST(PredictV, SyntheticDeckIsExact) {
   EXPECT_NEAR(predict(zb, 2, exact_options(zb)).step_time_s, 25 * 320e-6, 1e-15);
 }
 
+// pipeline.wait: sleep prices a waiting rank's poll: every point-to-point
+// message arrives wait_hop_s later (kWaitSleepHopS by default), exactly as a
+// link latency of that much under spin; the step grows by the hops on its
+// critical path, and a zero hop is spin's step.
+TEST(PredictV, SleepingWaitsAddAHopDelayPerMessage) {
+  for (const std::string name : {"1f1b", "zb_v"}) {
+    const Deck spin = synthetic_deck(name), sleep = synthetic_deck(name + ", wait: sleep");
+    ASSERT_TRUE(sleep.pipeline.wait_sleep);
+    PredictOptions options = exact_options(spin), linked = options;
+    linked.network.p2p.latency_s = kWaitSleepHopS;
+    const double base = predict(spin, 2, options).step_time_s;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, predict(spin, 2, linked).step_time_s) << name;
+    options.wait_hop_s = linked.network.p2p.latency_s = 1e-3;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, predict(spin, 2, linked).step_time_s) << name;
+    EXPECT_GT(predict(sleep, 2, options).step_time_s, base + 1e-3) << name;  // at least one hop on its path
+    options.wait_hop_s = 0;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, base) << name;
+  }
+}
+
 TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
   for (const std::string weights : {"10", "4", "30"}) {
     // F 10, I 10, W `weights` us per sample: ZB-H1's lag of k micro-batches
