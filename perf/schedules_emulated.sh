@@ -23,10 +23,11 @@
 #               --wait-hop-us HOP_US (default 200): the tables then give the
 #               per-hop delay that would make the model's step the measured
 #               one (0: skip)
-#   PROBE       1 (default): perf/wake_probe.py samples how late a sleeping
-#               thread wakes up during each run (OUT/<point>.wake.json), and
-#               a third prediction uses its hop_us (--wait-hop-us): the model
-#               with the run's own per-hop delay; 0: skip
+#   PROBE       1: perf/wake_probe.py samples how late a sleeping thread
+#               wakes up during each run (OUT/<point>.wake.json), and a third
+#               prediction uses its hop_us (--wait-hop-us); default 0: under
+#               load its hop_us (0.5-5 ms) over-prices the hop 2-10 x
+#               (perf/README.md, "Issue 23: ZB-V's own order ...")
 #   GPIPE_TRAIN, GPIPE_PLAN (default build/apps/gpipe-{train,plan}), MPIRUN
 #   (default mpirun), PYTHON (with h5py).
 #
@@ -53,7 +54,7 @@ rows=${ROWS:-16}
 scale=${SCALE:-10}
 wait=${WAIT:-sleep}
 hop_us=${HOP_US:-200}
-probe=${PROBE:-1}
+probe=${PROBE:-0}
 train="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
 plan="${GPIPE_PLAN:-$root/build/apps/gpipe-plan}"
 for b in "$train" "$plan"; do
