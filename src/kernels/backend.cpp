@@ -66,7 +66,7 @@ bool device_has_tf32() {
 //   bf16 (2 bytes: bf16 operands, fp32 accumulation): bf16_native_rule
 //     (backend.hpp, its table of measurements): oneDNN's bf16 matmul and
 //     convolution where the CPU has AMX, or is an AMD one with AVX-512 BF16
-//     (Zen 5: 1.3-3.7x its f32 matmul); on an Intel CPU without AMX the
+//     (Zen 5: 1.3-3.0x its f32 matmul); on an Intel CPU without AMX the
 //     operands rounded to bf16 in fp32 buffers and oneDNN's f32
 //     primitives, 1.0-2.1x faster there (perf/README.md, "Issue 22: the
 //     bf16 primitives without AMX"; "Issue 22: the bf16 route rule").

@@ -126,13 +126,13 @@ const char* name(CpuVendor vendor);
 ///   Intel, AVX-512 BF16, no AMX      rounded: oneDNN's bf16 matmul ran
 ///                                    0.47-0.99x, its bf16 convolution
 ///                                    0.4-0.6x its f32 ones (Xeon)
-///   AMD, AVX-512 BF16, no AMX        native: bf16 matmul 1.3-3.7x its f32
+///   AMD, AVX-512 BF16, no AMX        native: bf16 matmul 1.3-3.0x its f32
 ///                                    at every deck shape, convolution
 ///                                    (forward + both backwards, the CNN's
-///                                    three layers) 1.4-1.6x (AMD EPYC,
-///                                    family 0x1A, Zen 5; VDPBF16PS runs
-///                                    at the FMA rate there, 2 flops each
-///                                    per lane pair)
+///                                    three layers) 1.4-1.5x (AMD EPYC,
+///                                    family 0x1A, Zen 5, measured; every
+///                                    AMD CPU with AVX-512 BF16, Zen 4
+///                                    too, takes this row unmeasured)
 ///   no AVX-512 BF16, other vendors   rounded (no bf16 kernel measured)
 /// eltwise has no bf16 primitive: false.
 bool bf16_native_rule(const CpuTraits& cpu, Primitive primitive);
