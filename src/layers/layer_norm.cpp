@@ -230,8 +230,15 @@ void LayerNorm<T>::backward_rows(const PassContext& ctx, ConstMatrix<T> x_in, Co
   auto db = beta_grad_;
   // Parameter gradients: column sums over the rows (fixed_sum.hpp; the
   // same bits by blocks of columns on the host as by a team per column).
+  // xhat as backward_row forms it (float: times 1 / sd, one division per
+  // row and block of columns instead of one per element).
   const auto gamma_term = KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-    const T xhat = T((double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1)));
+    const double centered = double(x(i, j)) - double(stats(i, 0));
+    T xhat;
+    if constexpr (kUnscaled<T>)
+      xhat = T(centered * (1.0 / double(stats(i, 1))));
+    else
+      xhat = T(centered / double(stats(i, 1)));
     return dy(i, j) * xhat;
   };
   const auto beta_term = KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); };

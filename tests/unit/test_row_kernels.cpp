@@ -15,6 +15,7 @@
 #include "gpipe/core/fixed_sum.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/layers/layer_norm.hpp"
+#include "../../src/layers/im2col.hpp"
 
 namespace gpipe {
 namespace {
@@ -183,6 +184,75 @@ TEST(RowKernelsFloat, LayerNormNearTheDoubleLayer) {
     near(f.y, d.y, 1.0, 2 * slack, "y");
     near(f.dx, d.dx, 4.0, 8 * slack, "dx");
     near(f.grads, d.grads, 256.0, 64 * slack, "grads");
+  }
+}
+
+// im2col_rows (one work item per row, a run of KW values per kernel row)
+// against the definition, entry by entry, with padding, strides and
+// rectangular kernels: a copy, so exactly equal.
+std::vector<double> im2col_rows_of(const detail::Window2d& g, const Matrix<double>& x) {
+  Matrix<double> cols("cols", x.extent(0) * size_t(g.pixels()), size_t(g.taps()));
+  Kokkos::deep_copy(cols, -7.0);
+  detail::im2col_rows<double>(ExecSpace(), g, x, cols, "test::im2col_rows");
+  return test::to_host(cols);
+}
+
+TEST(RowKernelsIm2col, RowsAreTheDefinition) {
+  struct Case { std::int64_t C, H, W, KH, KW, SH, SW, PH, PW; };
+  for (const Case c : {Case{1, 28, 28, 7, 7, 7, 7, 0, 0}, Case{2, 5, 6, 3, 2, 2, 1, 1, 0}, Case{3, 4, 4, 4, 4, 1, 1, 0, 0},
+                       Case{1, 1, 1, 1, 1, 1, 1, 0, 0}, Case{2, 3, 7, 2, 3, 1, 2, 1, 2}}) {
+    detail::Window2d g;
+    g.channels = c.C; g.height = c.H; g.width = c.W; g.kernel_h = c.KH; g.kernel_w = c.KW;
+    g.stride_h = c.SH; g.stride_w = c.SW; g.pad_h = c.PH; g.pad_w = c.PW;
+    const std::int64_t n = 2, features = c.C * c.H * c.W;
+    const std::vector<double> xv = test::uniform(std::size_t(n * features), 5);
+    const std::vector<double> got = im2col_rows_of(g, test::to_device<double>(xv, n, features));
+    const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
+    ASSERT_EQ(std::int64_t(got.size()), n * P * taps);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t p = 0; p < P; ++p)
+        for (std::int64_t ch = 0; ch < c.C; ++ch)
+          for (std::int64_t a = 0; a < c.KH; ++a)
+            for (std::int64_t b = 0; b < c.KW; ++b) {
+              const std::int64_t h = (p / OW) * c.SH - c.PH + a, w = (p % OW) * c.SW - c.PW + b;
+              const double want = (h >= 0 && h < c.H && w >= 0 && w < c.W) ? xv[size_t(i * features + (ch * c.H + h) * c.W + w)] : 0.0;
+              EXPECT_EQ(got[size_t((i * P + p) * taps + (ch * c.KH + a) * c.KW + b)], want)
+                  << "case C " << c.C << " H " << c.H << " W " << c.W << " sample " << i << " pixel " << p;
+            }
+  }
+}
+
+// pos_embed's weight gradient (by blocks of 16 features) and token_mean's
+// input gradient against the same sums done here in the same order: bitwise.
+TEST(RowKernelsTokens, PosEmbedAndTokenMeanGradientsBitwise) {
+  const std::int64_t n = 5, tokens = 7, d = 5, F = tokens * d;  // F = 35: two full blocks and a partial one
+  std::vector<float> dyv;
+  for (const double v : test::uniform(std::size_t(n * F), 31)) dyv.push_back(float(v * 1e3));
+  {
+    auto layer = make_layer<float>(layer_shape(parse_layer("{type: pos_embed}"), {tokens, d}));
+    Vector<float> p("p", F), g("g", F);
+    layer->bind(p.data(), g.data());
+    layer->initialize(1);
+    Kokkos::deep_copy(g, 0.5f);
+    Matrix<float> dx("dx", n, F);
+    layer->backward(PassContext{}, Matrix<float>("x", n, F), test::to_device<float>(dyv, n, F), dx);
+    const auto got = test::to_host(g), dxh = test::to_host(dx);
+    for (std::int64_t e = 0; e < F; ++e) {
+      float sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) sum += dyv[size_t(i * F + e)];
+      EXPECT_EQ(got[size_t(e)], 0.5f + sum) << "feature " << e;
+    }
+    EXPECT_EQ(dxh, dyv);
+  }
+  {
+    auto layer = make_layer<float>(layer_shape(parse_layer("{type: token_mean}"), {tokens, d}));
+    std::vector<float> dy_mean(dyv.begin(), dyv.begin() + n * d);
+    Matrix<float> dx("dx", n, F);
+    layer->backward(PassContext{}, Matrix<float>("x", n, F), test::to_device<float>(dy_mean, n, d), dx);
+    const auto got = test::to_host(dx);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t e = 0; e < F; ++e)
+        EXPECT_EQ(got[size_t(i * F + e)], dy_mean[size_t(i * d + e % d)] / float(tokens)) << i << ", " << e;
   }
 }
 
