@@ -66,6 +66,11 @@ struct ThreadRow {
   KOKKOS_INLINE_FUNCTION double sum(std::int64_t count, const Term& term) const {
     return lane_sum<double>(count, term);
   }
+  template <class First, class Second>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<double, double> sum2(std::int64_t count, const First& first,
+                                                           const Second& second) const {
+    return lane_sum2<double>(count, first, second);
+  }
   template <class Term>
   KOKKOS_INLINE_FUNCTION double max(std::int64_t count, const Term& term) const {
     return lane_max_nonnegative<double>(count, term);
@@ -85,6 +90,12 @@ struct TeamRow {
   template <class Term>
   KOKKOS_INLINE_FUNCTION double sum(std::int64_t count, const Term& term) const {
     return team_sum<double>(team, lanes, count, term);
+  }
+  template <class First, class Second>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<double, double> sum2(std::int64_t count, const First& first,
+                                                           const Second& second) const {
+    const double a = team_sum<double>(team, lanes, count, first);
+    return {a, team_sum<double>(team, lanes, count, second)};
   }
   template <class Term>
   KOKKOS_INLINE_FUNCTION double max(std::int64_t count, const Term& term) const {
@@ -158,17 +169,20 @@ template <class T, class Row, class X, class Y, class S, class G>
 KOKKOS_INLINE_FUNCTION void backward_row(const Row& row, std::int64_t i, std::int64_t f, const X& x, const X& dy,
                                          const Y& dx, const S& stats, const G& g) {
   const double mean = double(stats(i, 0)), sd = double(stats(i, 1));
-  const double m1 = row.sum(f, [&](const std::int64_t j) { return double(dy(i, j)) * double(g(j)); }) / double(f);
+  const auto dxhat = [&](const std::int64_t j) { return double(dy(i, j)) * double(g(j)); };
   if constexpr (kUnscaled<T>) {
     const double inv = 1.0 / sd;
-    const double m2 = row.sum(f, [&](const std::int64_t j) {
-                        return double(dy(i, j)) * double(g(j)) * ((double(x(i, j)) - mean) * inv);
-                      }) / double(f);
+    // m1 and m2 in one pass (the same sums as two).
+    const auto sums = row.sum2(f, dxhat, [&](const std::int64_t j) {
+      return double(dy(i, j)) * double(g(j)) * ((double(x(i, j)) - mean) * inv);
+    });
+    const double m1 = sums.first / double(f), m2 = sums.second / double(f);
     row.each(f, [&](const std::int64_t j) {
       const double xhat = (double(x(i, j)) - mean) * inv;
       dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) * inv);
     });
   } else {
+    const double m1 = row.sum(f, dxhat) / double(f);
     const double m2 = row.sum(f, [&](const std::int64_t j) {
                         return double(dy(i, j)) * double(g(j)) * (double(x(i, j)) - mean) / sd;
                       }) / double(f);

@@ -50,6 +50,24 @@ std::pair<std::vector<T>, std::vector<T>> row_sums(const Matrix<T>& m) {
   return {test::to_host(by_team), test::to_host(by_lanes)};
 }
 
+// Per row: lane_sum2 of (m, m^2 - 1) and the two lane_sums separately, (first, second) each.
+template <class T>
+std::vector<T> paired_sums(const Matrix<T>& m) {
+  const std::int64_t rows = std::int64_t(m.extent(0)), count = std::int64_t(m.extent(1));
+  Kokkos::View<T**, MemSpace> out("out", rows, 4);
+  Kokkos::parallel_for(
+      "test::lane_sum2", Kokkos::RangePolicy<ExecSpace>(0, rows), KOKKOS_LAMBDA(const std::int64_t r) {
+        const auto first = [&](const std::int64_t j) { return m(r, j); };
+        const auto second = [&](const std::int64_t j) { return m(r, j) * m(r, j) - T(1); };
+        const Kokkos::pair<T, T> both = lane_sum2<T>(count, first, second);
+        out(r, 0) = both.first;
+        out(r, 1) = lane_sum<T>(count, first);
+        out(r, 2) = both.second;
+        out(r, 3) = lane_sum<T>(count, second);
+      });
+  return test::to_host(out);
+}
+
 template <class T>
 std::vector<T> column_sums(const Matrix<T>& m, bool blocks, bool accumulate) {
   const std::int64_t rows = std::int64_t(m.extent(0)), cols = std::int64_t(m.extent(1));
@@ -77,6 +95,13 @@ TYPED_TEST(RowKernels, LaneSumIsTeamSumBitwise) {
     for (std::int64_t r = 0; r < rows; ++r) {
       EXPECT_EQ(team[size_t(r)], lanes[size_t(r)]) << "count " << count << " row " << r;
       if (count == 0) EXPECT_EQ(lanes[size_t(r)], T(0));
+    }
+  }
+  for (const std::int64_t count : {0, 3, 16, 17, 100}) {
+    const auto sums = paired_sums<T>(test::to_device<T>(spread<T>(std::size_t(2 * count), 3), 2, count));
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(sums[4 * r], sums[4 * r + 1]) << "lane_sum2 first, count " << count;
+      EXPECT_EQ(sums[4 * r + 2], sums[4 * r + 3]) << "lane_sum2 second, count " << count;
     }
   }
   // Known value: 1 + 2 + ... + 100 = 5050 exactly.

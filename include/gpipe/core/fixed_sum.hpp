@@ -102,6 +102,31 @@ KOKKOS_INLINE_FUNCTION A lane_sum(std::int64_t count, const Term& term) {
   return total;
 }
 
+/// Two lane_sums in one pass over the terms: {lane_sum(count, first),
+/// lane_sum(count, second)}, bitwise (each sum's additions in the same
+/// order), for row kernels that need two sums of the same row.
+template <class A, class First, class Second>
+KOKKOS_INLINE_FUNCTION Kokkos::pair<A, A> lane_sum2(std::int64_t count, const First& first, const Second& second) {
+  A a[kSumLanes], b[kSumLanes];
+  for (int l = 0; l < kSumLanes; ++l) a[l] = b[l] = A(0);
+  std::int64_t j = 0;
+  for (; j + kSumLanes <= count; j += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) {
+      a[l] += first(j + l);
+      b[l] += second(j + l);
+    }
+  for (int l = 0; j + l < count; ++l) {
+    a[l] += first(j + l);
+    b[l] += second(j + l);
+  }
+  A ta = A(0), tb = A(0);
+  for (int l = 0; l < kSumLanes; ++l) {
+    ta += a[l];
+    tb += b[l];
+  }
+  return {ta, tb};
+}
+
 /// team_max_nonnegative by one thread (exact in any order; NaN terms skipped).
 template <class A, class Term>
 KOKKOS_INLINE_FUNCTION A lane_max_nonnegative(std::int64_t count, const Term& term) {
