@@ -261,6 +261,8 @@ int check_deck(const Options& options, bool print) {
   std::string error;
   try {
     deck = read_deck(options);
+    // An invalid GPIPE_KERNELS fails the run (Pipeline's constructor): --check says so too.
+    if (const std::string env = gpipe::app::environment_error(); !env.empty()) throw gpipe::InputError(env);
     plan = gpipe::plan_run(deck, options.ranks);
     error = unreadable_data(deck.data);
   } catch (const gpipe::InputError& e) {
@@ -820,8 +822,10 @@ int main(int argc, char** argv) {
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
     if (options.deck.empty() && !options.list_keys) throw CLI::RequiredError("deck");
   } catch (const CLI::ParseError& e) {
-    if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
-    return e.get_exit_code() == 0 ? 0 : kExitInputError;
+    const int status = (print ? app.exit(e) : e.get_exit_code()) == 0 ? 0 : kExitInputError;
+    // --version with an invalid GPIPE_KERNELS: the build is printed, the status says the run would fail
+    if (status == 0 && dynamic_cast<const CLI::CallForVersion*>(&e)) return gpipe::app::version_status("gpipe-train", print);
+    return status;
   }
   if (options.list_keys) {
     if (print) list_keys();
