@@ -450,6 +450,15 @@ gpipe_status gpipe_layout(const gpipe_trainer* trainer, int* replicas, int* cell
   });
 }
 
+gpipe_status gpipe_skipped_steps(const gpipe_trainer* trainer, int64_t* skipped) {
+  if (!trainer || !skipped)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_skipped_steps: trainer and skipped must not be NULL");
+  return guarded([&] {
+    *skipped = std::visit([](const auto& t) { return std::int64_t(t->skipped_steps()); }, trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
 gpipe_status gpipe_set_total_steps(gpipe_trainer* trainer, int64_t total_steps) {
   if (!trainer) return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_set_total_steps: trainer is NULL");
   if (total_steps < 0)
