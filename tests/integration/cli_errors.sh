@@ -157,7 +157,8 @@ EOF2
 fi
 
 # --help and --version succeed and teach.
-if "$exe" --help | grep -q "micro-batches" && "$exe" --version | grep -q "^Kokkos "; then
+if "$exe" --help | grep -q "micro-batches" && "$exe" --help | grep -q "GPIPE_KERNELS=auto|portable|onednn" &&
+   "$exe" --help | grep -q "precision=float|double|bf16|fp16" && "$exe" --version | grep -q "^Kokkos "; then
   echo "ok   help_and_version"; passed=$((passed + 1))
 else
   echo "FAIL help_and_version"; failures=$((failures + 1))
