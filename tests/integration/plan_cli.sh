@@ -83,5 +83,14 @@ rc=$?
 if [ "$rc" -eq 2 ] && grep -q "^gpipe-plan: error: .*parallel.cells" "$tmp/err"
 then ok bad_grid; else fail "bad_grid (status $rc)"; cat "$tmp/err"; fi
 
+# An invalid GPIPE_KERNELS decides nothing silently: a plan and --version fail as a run does (exit 2).
+for args in "$inputs/deep_mlp.yaml --ranks 2" "--version"; do
+  GPIPE_KERNELS=fast "$plan" $args >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -eq 2 ] &&
+     grep -q "^gpipe-plan: error: environment variable GPIPE_KERNELS: unknown kernels 'fast' (expected auto, portable" "$tmp/err"
+  then ok "bad_gpipe_kernels ($args)"; else fail "bad_gpipe_kernels ($args, status $rc)"; cat "$tmp/err"; fi
+done
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]
