@@ -325,6 +325,13 @@ int main(int argc, char** argv) {
         if (times.cells != K)
           throw gpipe::InputError(fmt::format("{}: --tune-trace: a trace of {} cells, the deck runs K = {} on {} ranks",
                                               o.tune_trace, times.cells, K, o.ranks));
+        // The op times are those of the trace's micro-batch size: tuning another M would time ops of
+        // other rows (N / M) with them.
+        if (times.micro_batches != deck.training.micro_batches)
+          throw gpipe::InputError(fmt::format("{}: --tune-trace: the trace ran M = {} micro-batches, the deck runs "
+                                              "training.micro_batches = {} (its ops' times are for other micro-batch "
+                                              "sizes); trace a run of the deck's M",
+                                              o.tune_trace, times.micro_batches, deck.training.micro_batches));
         fmt::print("gpipe-plan: measured op times from {} (schedule {}, medians, seconds):\n", o.tune_trace,
                    times.schedule);
         for (int k = 0; k < K; ++k)
