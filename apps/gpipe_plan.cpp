@@ -287,11 +287,15 @@ int main(int argc, char** argv) {
     for (const auto& extra : app.remaining())
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitInputError;
+    if (app.exit(e) != 0) return kExitInputError;
+    // --version with an invalid GPIPE_KERNELS: the build is printed, the status says a plan would fail
+    return dynamic_cast<const CLI::CallForVersion*>(&e) ? gpipe::app::version_status("gpipe-plan", true) : 0;
   }
   std::unique_ptr<gpipe::Runtime> runtime;
   try {
     gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
+    // GPIPE_KERNELS decides conv2d's saved bytes and the costs; an invalid one fails every plan as it fails a run.
+    if (const std::string env = gpipe::app::environment_error(); !env.empty()) throw gpipe::InputError(env);
     if (!o.schedule.empty()) {
       deck.pipeline.schedule = gpipe::parse_schedule(o.schedule, "--schedule");
       deck.pipeline.schedule_file.clear();
@@ -326,6 +330,13 @@ int main(int argc, char** argv) {
         if (times.cells != K)
           throw gpipe::InputError(fmt::format("{}: --tune-trace: a trace of {} cells, the deck runs K = {} on {} ranks",
                                               o.tune_trace, times.cells, K, o.ranks));
+        // The op times are those of the trace's micro-batch size: tuning another M would time ops of
+        // other rows (N / M) with them.
+        if (times.micro_batches != deck.training.micro_batches)
+          throw gpipe::InputError(fmt::format("{}: --tune-trace: the trace ran M = {} micro-batches, the deck runs "
+                                              "training.micro_batches = {} (its ops' times are for other micro-batch "
+                                              "sizes); trace a run of the deck's M",
+                                              o.tune_trace, times.micro_batches, deck.training.micro_batches));
         fmt::print("gpipe-plan: measured op times from {} (schedule {}, medians, seconds):\n", o.tune_trace,
                    times.schedule);
         for (int k = 0; k < K; ++k)

@@ -28,6 +28,7 @@ namespace gpipe {
 namespace {
 // The grid of `deck` on the ranks of `comm`, validated before any communication.
 GridShape checked_grid(const Deck& deck, MPI_Comm comm) {
+  check_same_deck(deck, comm);  // a rank with another deck would split, partition and train otherwise
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
   return grid_shape(deck, ranks);

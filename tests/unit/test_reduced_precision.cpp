@@ -813,5 +813,25 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_EQ(s.scale(), 1024.0);
 }
 
+// A model that overflows at every step: before, S halved without end, to a
+// subnormal and 0, whose reciprocal (the unscale of the next finite step) is
+// infinite in fp32 (NaN weights); a scale grown to infinity never backed
+// off (inf x 0.5 = inf). S now stays in [2^-24, 2^64].
+TEST(LossScaler, StaysInItsRangeWhateverTheOverflows) {
+  LossScaler down(1.0, 1000, 2.0, 0.5);
+  for (int i = 0; i < 2000; ++i) EXPECT_FALSE(down.update(true));
+  EXPECT_EQ(down.scale(), 0x1p-24);
+  EXPECT_EQ(down.overflows(), 2000);
+  EXPECT_TRUE(std::isfinite(float(1.0 / down.scale())));
+  LossScaler up(65536.0, 1, 2.0, 0.5);
+  for (int i = 0; i < 2000; ++i) EXPECT_TRUE(up.update(false));
+  EXPECT_EQ(up.scale(), 0x1p64);
+  EXPECT_FALSE(up.update(true));  // and it still backs off
+  EXPECT_EQ(up.scale(), 0x1p63);
+  up.restore(0.0, 0, 0);  // a restored scale is clamped too
+  EXPECT_EQ(up.scale(), 0x1p-24);
+  EXPECT_EQ(LossScaler(1e300, 1, 2.0, 0.5).scale(), 0x1p64);
+}
+
 }  // namespace
 }  // namespace gpipe
