@@ -5,6 +5,10 @@
 #include <exception>
 #include <iostream>
 
+#include "abort_on_error.hpp"
+#include "gpipe/core/error.hpp"
+#include "gpipe/kernels/backend.hpp"
+
 namespace gpipe::app {
 
 int launcher_rank() {
@@ -40,6 +44,22 @@ std::string kokkos_options_help() {
       "The same settings may come from the environment (e.g. KOKKOS_NUM_THREADS, "
       "KOKKOS_DEVICE_ID; OMP_NUM_THREADS for OpenMP).";
   return text;
+}
+
+std::string environment_error() {
+  try {
+    (void)kernels::selected();  // parses GPIPE_KERNELS
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int version_status(const char* program, bool print) {
+  const std::string error = environment_error();
+  if (error.empty()) return 0;
+  if (print) std::cerr << program << ": error: " << error << "\n";
+  return kExitInputError;
 }
 
 std::unique_ptr<Runtime> start_runtime(const char* program, int& argc, char**& argv) {

@@ -21,6 +21,18 @@ int launcher_rank();
 /// version this build was compiled against (no Kokkos initialization).
 std::string kokkos_options_help();
 
+/// "" when the environment's settings of gpipe are valid, else the error
+/// of the first invalid one: today GPIPE_KERNELS (gpipe/kernels/backend.hpp),
+/// e.g. "environment variable GPIPE_KERNELS: unknown kernels 'fast'
+/// (expected auto, portable or onednn)". Local; starts nothing.
+std::string environment_error();
+
+/// The exit status of --version once CLI11 printed the build (whose
+/// "kernels selected" line already shows the error): 0, or kExitInputError
+/// with "PROGRAM: error: MESSAGE" on stderr (when `print`) for an invalid
+/// environment, which every run would refuse too.
+int version_status(const char* program, bool print);
+
 /// Starts MPI and Kokkos (gpipe::Runtime). On failure (MPI's thread level,
 /// Kokkos initialization on any rank, e.g. no usable GPU) prints
 /// "PROGRAM: error: ..." once and returns null; the caller exits with status

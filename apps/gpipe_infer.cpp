@@ -258,8 +258,10 @@ int main(int argc, char** argv) {
     if (!o.generating && (o.input.empty() || o.output.empty()))
       throw CLI::RequiredError("--input and --output (or --generate)");
   } catch (const CLI::ParseError& e) {
-    if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
-    return e.get_exit_code() == 0 ? 0 : kExitInputError;
+    const int status = (print ? app.exit(e) : e.get_exit_code()) == 0 ? 0 : kExitInputError;
+    // --version with an invalid GPIPE_KERNELS: the build is printed, the status says the run would fail
+    if (status == 0 && dynamic_cast<const CLI::CallForVersion*>(&e)) return gpipe::app::version_status("gpipe-infer", print);
+    return status;
   }
   const auto runtime = gpipe::app::start_runtime("gpipe-infer", argc, argv);
   if (!runtime) return gpipe::app::kExitRuntimeError;

@@ -46,7 +46,7 @@ struct Options {
   bool json = false;
   bool sweep = false;
   std::string link;
-  std::optional<double> latency_us, bandwidth_gbytes, allreduce_gbytes;
+  std::optional<double> latency_us, bandwidth_gbytes, allreduce_gbytes, wait_hop_us;
   std::string gflops;
   double memory_gib = 0;
   double optimizer_gbytes = 0;
@@ -237,6 +237,10 @@ int main(int argc, char** argv) {
                  "if set, else shm)");
   app.add_option("--latency-us", o.latency_us, "Point-to-point and all-reduce latency, microseconds")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--wait-hop-us", o.wait_hop_us,
+                 "With pipeline.wait: sleep, the delay a waiting rank takes to notice a message, microseconds "
+                 "(default 32.5: half a poll period on a quiet machine; perf/wake_probe.py measures it under load)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--bandwidth-GBps", o.bandwidth_gbytes, "Point-to-point bandwidth, GB/s (10^9 bytes/s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--allreduce-GBps", o.allreduce_gbytes,
@@ -283,11 +287,15 @@ int main(int argc, char** argv) {
     for (const auto& extra : app.remaining())
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitInputError;
+    if (app.exit(e) != 0) return kExitInputError;
+    // --version with an invalid GPIPE_KERNELS: the build is printed, the status says a plan would fail
+    return dynamic_cast<const CLI::CallForVersion*>(&e) ? gpipe::app::version_status("gpipe-plan", true) : 0;
   }
   std::unique_ptr<gpipe::Runtime> runtime;
   try {
     gpipe::Deck deck = gpipe::load_deck(o.deck, o.sets);
+    // GPIPE_KERNELS decides conv2d's saved bytes and the costs; an invalid one fails every plan as it fails a run.
+    if (const std::string env = gpipe::app::environment_error(); !env.empty()) throw gpipe::InputError(env);
     if (!o.schedule.empty()) {
       deck.pipeline.schedule = gpipe::parse_schedule(o.schedule, "--schedule");
       deck.pipeline.schedule_file.clear();
@@ -311,6 +319,7 @@ int main(int argc, char** argv) {
       options.costs.measured = gpipe::measured_costs(gpipe::read_costs_file(o.costs), deck, o.costs);
     options.network = network_of(o, deck);
     options.optimizer_bytes_per_s = o.optimizer_gbytes * 1e9;
+    if (o.wait_hop_us) options.wait_hop_s = *o.wait_hop_us * 1e-6;
     options.costs.synthetic = gpipe::synthetic_layers(deck);
     if (!o.gflops.empty()) options.costs.rate = gpipe::RateCurve::parse(o.gflops, "--gflops");
     if (!o.tune.empty()) {
@@ -321,6 +330,13 @@ int main(int argc, char** argv) {
         if (times.cells != K)
           throw gpipe::InputError(fmt::format("{}: --tune-trace: a trace of {} cells, the deck runs K = {} on {} ranks",
                                               o.tune_trace, times.cells, K, o.ranks));
+        // The op times are those of the trace's micro-batch size: tuning another M would time ops of
+        // other rows (N / M) with them.
+        if (times.micro_batches != deck.training.micro_batches)
+          throw gpipe::InputError(fmt::format("{}: --tune-trace: the trace ran M = {} micro-batches, the deck runs "
+                                              "training.micro_batches = {} (its ops' times are for other micro-batch "
+                                              "sizes); trace a run of the deck's M",
+                                              o.tune_trace, times.micro_batches, deck.training.micro_batches));
         fmt::print("gpipe-plan: measured op times from {} (schedule {}, medians, seconds):\n", o.tune_trace,
                    times.schedule);
         for (int k = 0; k < K; ++k)
@@ -384,9 +400,14 @@ int main(int argc, char** argv) {
       auto j = to_json(p);
       j["memory_budget_bytes"] = deck.pipeline.memory_budget > 0 ? nlohmann::json(deck.pipeline.memory_budget) : nullptr;
       j["fits_memory_budget"] = over.empty();
+      const double hop = options.wait_hop_s >= 0 ? options.wait_hop_s : gpipe::kWaitSleepHopS;
+      j["wait_hop_us"] = deck.pipeline.wait_sleep ? nlohmann::json(hop * 1e6) : nullptr;
       std::cout << j.dump(2) << "\n";
     } else {
       print_prediction(p, options.network);
+      if (deck.pipeline.wait_sleep)
+        fmt::print("  pipeline.wait sleep: {:.3g} us per message for a waiting rank to notice it\n",
+                   (options.wait_hop_s >= 0 ? options.wait_hop_s : gpipe::kWaitSleepHopS) * 1e6);
       if (deck.pipeline.memory_budget > 0)
         fmt::print("  pipeline.memory_budget {} per rank: {}\n", gpipe::format_bytes(deck.pipeline.memory_budget),
                    over.empty() ? "every rank fits" : over);

@@ -261,6 +261,8 @@ int check_deck(const Options& options, bool print) {
   std::string error;
   try {
     deck = read_deck(options);
+    // An invalid GPIPE_KERNELS fails the run (Pipeline's constructor): --check says so too.
+    if (const std::string env = gpipe::app::environment_error(); !env.empty()) throw gpipe::InputError(env);
     plan = gpipe::plan_run(deck, options.ranks);
     error = unreadable_data(deck.data);
   } catch (const gpipe::InputError& e) {
@@ -809,7 +811,19 @@ int main(int argc, char** argv) {
   app.footer(
       "Deck keys: docs/input-deck.md documents every key of the YAML deck (installed as "
       GPIPE_DOCS_DIR "/input-deck.md); --list-keys prints them with their allowed values. Output "
-      "files (summary, metrics stream, checkpoints, trace): docs/file-formats.md.\n\n" +
+      "files (summary, metrics stream, checkpoints, trace): docs/file-formats.md.\n\n"
+      "Keys most runs --set:\n"
+      "  precision=float|double|bf16|fp16   bf16/fp16: fp32 master weights, 16-bit GEMM operands and messages;\n"
+      "                                     fp16 adds dynamic loss scaling (training.loss_scale*, fp16 only)\n"
+      "  pipeline.schedule=fill_drain|1f1b|zero_bubble|interleaved_1f1b|zb_v|dualpipe_v\n"
+      "                                     interleaved_1f1b takes pipeline.chunks=V (V stages per rank);\n"
+      "                                     zb_v and dualpipe_v run two stages per rank\n"
+      "  pipeline.schedule_file=FILE        a schedule file (gpipe-plan DECK --print or --tune writes one)\n"
+      "  pipeline.remat=never|always|except_last, training.micro_batches=M, parallel.cells=K\n\n"
+      "Environment:\n"
+      "  GPIPE_KERNELS=auto|portable|onednn (cublas, cudnn in CUDA builds)  overrides the deck's kernels\n"
+      "                                     (an invalid value is an error; --version shows what each primitive runs)\n"
+      "  OPENBLAS_NUM_THREADS=1             one BLAS thread per rank (one rank per core)\n\n" +
       gpipe::app::kokkos_options_help());
   // Kokkos consumes the --kokkos-* options it knows; let other Kokkos
   // versions' options through rather than reject them.
@@ -820,8 +834,10 @@ int main(int argc, char** argv) {
       if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
     if (options.deck.empty() && !options.list_keys) throw CLI::RequiredError("deck");
   } catch (const CLI::ParseError& e) {
-    if (print) return app.exit(e) == 0 ? 0 : kExitInputError;
-    return e.get_exit_code() == 0 ? 0 : kExitInputError;
+    const int status = (print ? app.exit(e) : e.get_exit_code()) == 0 ? 0 : kExitInputError;
+    // --version with an invalid GPIPE_KERNELS: the build is printed, the status says the run would fail
+    if (status == 0 && dynamic_cast<const CLI::CallForVersion*>(&e)) return gpipe::app::version_status("gpipe-train", print);
+    return status;
   }
   if (options.list_keys) {
     if (print) list_keys();

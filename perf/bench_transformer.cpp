@@ -10,6 +10,7 @@
 
 #include "bench_common.hpp"
 #include "gpipe/layers/factory.hpp"
+#include "gpipe/layers/layer_norm.hpp"
 
 namespace {
 
@@ -42,9 +43,48 @@ void BlockStep(benchmark::State& state) {
 
 void Shapes(benchmark::internal::Benchmark* b) {
   // The Fashion-MNIST ViT deck (micro-batch 16 of 128 in 8), and a wider block.
-  b->Args({16, 16, 64, 4, 128})->Args({64, 16, 64, 4, 128})->Args({16, 64, 128, 8, 512});
+  // 128: the deck at M = 1.
+  b->Args({16, 16, 64, 4, 128})->Args({128, 16, 64, 4, 128})->Args({64, 16, 64, 4, 128})->Args({16, 64, 128, 8, 512});
   b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
+
+// LayerNorm forward + backward (input and parameter gradients) on (n, tokens
+// x width) rows, by row kernel: 0 one thread per row (the host default), 1
+// one team per row (the GPU default, and the host's before issue 21's
+// LayerNorm work); the same bits either way.
+// Args: n, tokens, width, kernel.
+template <class T>
+void LayerNormStep(benchmark::State& state) {
+  const auto n = state.range(0), tokens = state.range(1), d = state.range(2);
+  const auto shape = gpipe::layer_shape(gpipe::parse_layer("{type: layer_norm}"), gpipe::Shape{tokens, d});
+  auto made = gpipe::make_layer<T>(shape);
+  auto& layer = dynamic_cast<gpipe::LayerNorm<T>&>(*made);
+  gpipe::Vector<T> p("p", layer.parameter_count()), g("g", layer.parameter_count());
+  layer.bind(p.data(), g.data());
+  layer.initialize(1);
+  gpipe::Vector<T> saved("saved", shape.saved.elements(n));
+  const gpipe::SavedView<T> s(saved.data(), saved.extent(0));
+  Matrix<T> x("x", n, tokens * d), y("y", n, tokens * d), dy("dy", n, tokens * d), dx("dx", n, tokens * d);
+  Kokkos::parallel_for("bench::fill", Kokkos::RangePolicy<gpipe::ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
+    for (std::int64_t e = 0; e < tokens * d; ++e) {
+      x(i, e) = T(0.001) * T((i * 7 + e * 13) % 1000);
+      dy(i, e) = T(0.01) * T((i * 3 + e * 5) % 100);
+    }
+  });
+  const auto kernel = state.range(3) == 0 ? gpipe::LayerNorm<T>::RowKernel::threads : gpipe::LayerNorm<T>::RowKernel::teams;
+  const gpipe::PassContext ctx{};
+  gpipe::bench::timed(state, [&] {
+    layer.forward_rows(ctx, x, y, s, kernel);
+    layer.backward_rows(ctx, x, dy, dx, s, kernel);
+  });
+  state.counters["GFLOP/s"] = gpipe::bench::rate(state, shape.flops(n) * 1e-9);
+}
+
+// The ViT deck's LayerNorms at M = 1 (128 samples of 16 tokens x 64) and M = 8.
+BENCHMARK_TEMPLATE(LayerNormStep, float)
+    ->Name("LayerNormStep<float>")
+    ->Args({128, 16, 64, 0})->Args({128, 16, 64, 1})->Args({16, 16, 64, 0})->Args({16, 16, 64, 1})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_TEMPLATE(BlockStep, float)->Name("TransformerBlockStep<float>")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BlockStep, double)->Name("TransformerBlockStep<double>")->Apply(Shapes);

@@ -94,7 +94,37 @@ def load(out):
             "activation": max(summary.get("activation_bytes_per_cell") or [0]),
             "load": (summary.get("machine_load") or {}).get("start"),
         }
+        try:  # the same point predicted with a per-hop delay (HOP_US of the .sh)
+            hop = json.load(open(base + ".hop.json"))
+            points[(K, M, schedule)]["hop_step"] = hop["step_time_s"]
+        except (OSError, ValueError, KeyError):
+            pass
+        try:  # ... and with the run's own per-hop delay (perf/wake_probe.py during the run)
+            probed = json.load(open(base + ".probed.json"))
+            points[(K, M, schedule)]["probed_step"] = probed["step_time_s"]
+            points[(K, M, schedule)]["probed_hop_us"] = probed["wait_hop_us"]
+            points[(K, M, schedule)]["default_hop_us"] = plan.get("wait_hop_us")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     return points
+
+
+def implied_hop_us(p, hop_us):
+    """The per-hop delay (us) at which gpipe-plan's step is the measured one, from the predictions at 0
+    (the shm preset's 2 us) and at hop_us: linear in between (the step is piecewise linear in the delay)."""
+    slope = hop_slope(p, hop_us)
+    base = p.get("default_hop_us") or 0.0
+    return base + (p["step"] - p["predicted_step"]) / slope if slope else None
+
+
+def hop_slope(p, hop_us):
+    """Predicted seconds of step per us of hop delay (between the default prediction and --wait-hop-us
+    hop_us), or None."""
+    base = p.get("default_hop_us") or 0.0
+    if "hop_step" not in p or hop_us <= base:
+        return None
+    slope = (p["hop_step"] - p["predicted_step"]) / (hop_us - base)
+    return slope if slope > 0 else None
 
 
 def main():
@@ -156,6 +186,46 @@ def main():
         worst = max(errors[s], key=abs)
         inside = sum(abs(e) <= 0.05 for e in errors[s])
         print(f"| {s} | {len(errors[s])} | {worst:+.3f} | {inside} of {len(errors[s])} |")
+    hop_us = 0.0
+    try:
+        text = open(os.path.join(out, "study.txt")).read()
+        found = re.findall(r"hop_us: (\d+(?:\.\d+)?)", text)
+        hop_us = float(found[-1]) if found else 0.0
+    except OSError:
+        pass
+    if hop_us > 0 and any("hop_step" in p for p in points.values()):
+        print(f"\nWhy target 3 misses: the per-hop delay (us) that makes gpipe-plan's step the measured one "
+              f"(interpolated between its predictions with the default and {hop_us:g} us per message; '-': no "
+              "prediction with a delay), and the step's sensitivity, predicted ms per 100 us of hop delay\n")
+        print("| K | M | " + " | ".join(SCHEDULES) + " |")
+        print("|---|---|" + "---|" * len(SCHEDULES))
+        for (K, M) in sorted({(k, m) for (k, m, _) in points}):
+            cells = []
+            for s in SCHEDULES:
+                p = points.get((K, M, s))
+                h = implied_hop_us(p, hop_us) if p else None
+                cells.append("-" if h is None else f"{h:.0f} ({hop_slope(p, hop_us) * 1e5:.1f} ms)")
+            print(f"| {K} | {M} | " + " | ".join(cells) + " |")
+    probed = {k: p for k, p in points.items() if "probed_step" in p}
+    if probed:
+        errs = {s: [p["probed_step"] / p["step"] - 1 for (_, _, t), p in probed.items() if t == s] for s in SCHEDULES}
+        hops = [p["probed_hop_us"] for p in probed.values()]
+        print("\nTarget 3 with each run's own per-hop delay (gpipe-plan --wait-hop-us from perf/wake_probe.py, "
+              f"sampled during the run: {min(hops):.0f} .. {max(hops):.0f} us)\n")
+        print("| schedule | points | worst predicted / measured - 1 | within 5 % |")
+        print("|---|---|---|---|")
+        for s in SCHEDULES:
+            if errs[s]:
+                worst = max(errs[s], key=abs)
+                print(f"| {s} | {len(errs[s])} | {worst:+.3f} | {sum(abs(e) <= 0.05 for e in errs[s])} of {len(errs[s])} |")
+        print("\n| K | M | probed hop us | " + " | ".join(SCHEDULES) + " |")
+        print("|---|---|---|" + "---|" * len(SCHEDULES))
+        for (K, M) in sorted({(k, m) for (k, m, _) in probed}):
+            row = [probed.get((K, M, s)) for s in SCHEDULES]
+            hs = [p["probed_hop_us"] for p in row if p]
+            print(f"| {K} | {M} | {min(hs):.0f}-{max(hs):.0f} | " +
+                  " | ".join(f"{p['predicted_step'] / p['step'] - 1:+.3f} -> {p['probed_step'] / p['step'] - 1:+.3f}"
+                             if p else "-" for p in row) + " |")
     loads = [p["load"] for p in points.values() if p["load"] is not None]
     if loads:
         print(f"\nmachine load (1-minute average) at the runs' start: {min(loads):.2f} .. {max(loads):.2f}")

@@ -19,6 +19,15 @@
 #   WAIT        pipeline.wait of the runs (default sleep: waiting ranks sleep
 #               between MPI_Test calls instead of polling a core, so the rank
 #               whose emulated op ends gets a core at once; spin to compare)
+#   HOP_US      a second prediction of every point with gpipe-plan
+#               --wait-hop-us HOP_US (default 200): the tables then give the
+#               per-hop delay that would make the model's step the measured
+#               one (0: skip)
+#   PROBE       1: perf/wake_probe.py samples how late a sleeping thread
+#               wakes up during each run (OUT/<point>.wake.json), and a third
+#               prediction uses its hop_us (--wait-hop-us); default 0: under
+#               load its hop_us (0.5-5 ms) over-prices the hop 2-10 x
+#               (perf/README.md, "Issue 23: ZB-V's own order ...")
 #   GPIPE_TRAIN, GPIPE_PLAN (default build/apps/gpipe-{train,plan}), MPIRUN
 #   (default mpirun), PYTHON (with h5py).
 #
@@ -44,6 +53,8 @@ steps=${STEPS:-6}
 rows=${ROWS:-16}
 scale=${SCALE:-10}
 wait=${WAIT:-sleep}
+hop_us=${HOP_US:-200}
+probe=${PROBE:-0}
 train="${GPIPE_TRAIN:-$root/build/apps/gpipe-train}"
 plan="${GPIPE_PLAN:-$root/build/apps/gpipe-plan}"
 for b in "$train" "$plan"; do
@@ -70,7 +81,7 @@ mkdir -p "$out"
 deck="$out/emulated_balanced_32.yaml"
 "$py" perf/schedules_emulated.py --deck "$scale" > "$deck"
 { echo "started: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
-  echo "scale: $scale, wait: $wait, steps: $steps, rows: $rows"
+  echo "scale: $scale, wait: $wait, steps: $steps, rows: $rows, hop_us: $hop_us, probe: $probe"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"; } >> "$out/study.txt"
 failed=0
 for k in $cells; do
@@ -82,16 +93,33 @@ for k in $cells; do
       name="K${k}_M${m}_${s}"
       sets=(--set training.batch_size="$n" --set training.micro_batches="$m" --set pipeline.schedule="$s"
             --set pipeline.chunks="$v" --set parallel.cells="$k" --set pipeline.wait="$wait")
+      if [ "$hop_us" != 0 ] && [ ! -s "$out/$name.hop.json" ]; then
+        "$plan" "$deck" "${sets[@]}" --ranks "$k" --wait-hop-us "$hop_us" --json > "$out/$name.hop.json" 2> "$out/$name.hop.log" ||
+          rm -f "$out/$name.hop.json"
+      fi
       [ -f "$out/$name.json" ] && [ -s "$out/$name.plan.json" ] && continue
       "$plan" "$deck" "${sets[@]}" --ranks "$k" --json > "$out/$name.plan.json" 2> "$out/$name.plan.log" ||
         { echo "$name: gpipe-plan FAILED (see $out/$name.plan.log)" >&2; failed=1; }
       t0=$SECONDS
+      rm -f "$out/$name.done"
+      if [ "$probe" = 1 ]; then
+        "$py" perf/wake_probe.py --until-file "$out/$name.done" --json > "$out/$name.wake.json" 2>/dev/null &
+        probe_pid=$!
+      fi
       if "${launcher[@]}" -n "$k" "$train" "$deck" "${sets[@]}" --set training.epochs=1 \
           --set data.train_limit=$((n * steps)) --set data.test_limit="$((n < 256 ? n : 256))" --set training.progress_every=0 \
           --set trace.every=1 --quiet --trace "$out/$name.h5" --summary "$out/$name.json" > "$out/$name.log" 2>&1; then
         echo "$name: done in $((SECONDS - t0)) s"
       else
         echo "$name: FAILED (see $out/$name.log)" >&2; failed=1
+      fi
+      if [ "$probe" = 1 ]; then
+        touch "$out/$name.done"
+        wait "$probe_pid" || true
+        rm -f "$out/$name.done"
+        hop=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["hop_us"])' "$out/$name.wake.json" 2>/dev/null || true)
+        [ -z "$hop" ] || "$plan" "$deck" "${sets[@]}" --ranks "$k" --wait-hop-us "$hop" --json > "$out/$name.probed.json" \
+          2> "$out/$name.probed.log" || rm -f "$out/$name.probed.json"
       fi
     done
   done

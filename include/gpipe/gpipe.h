@@ -114,6 +114,14 @@ gpipe_status gpipe_train_step(gpipe_trainer* trainer, const float* inputs, const
 gpipe_status gpipe_train_step_targets(gpipe_trainer* trainer, const float* inputs,
                                       const float* targets, int64_t n, double* mean_loss);
 
+/* The training steps of this trainer whose update was skipped so far: an
+ * fp16 gradient overflow (dynamic loss scaling, training.loss_scale*; the
+ * decision is every rank's, so every rank counts the same) or a non-finite
+ * step under training.nonfinite: skip_step. Such a step returned GPIPE_OK
+ * and its forward's *mean_loss, but the weights did not change: compare the
+ * count before and after a step to know. Not collective. */
+gpipe_status gpipe_skipped_steps(const gpipe_trainer* trainer, int64_t* skipped);
+
 /* Inference (Dropout off): the last layer's outputs (n, classes) float32,
  * row-major (class logits, or regression values), for inputs
  * (n, input_features) row-major, any n >= 1 (run in chunks of max_batch,

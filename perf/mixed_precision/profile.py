@@ -35,7 +35,7 @@ CATEGORIES = [
     ("startup", r"libz\.so|crc32|inflate|gpipe::standardize|::initialize|ld-linux|do_lookup|_dl_|read_idx|"
                 r"load_idx|libyaml|YAML::"),
     ("oneDNN matmul (brgemm)", r"brg|matmul|gemm_f32|jit_avx512_core_gemm|sgemm|gemm_bf16"),
-    ("oneDNN convolution", r"conv"),
+    ("oneDNN convolution", r"conv|avx512_core_bf16_(fwd|bwd_data|bwd_weights)_kernel"),
     ("oneDNN reorder", r"reorder|single_blk|jit_uni_reorder|blk_kernel"),
     ("oneDNN other", r"\[JIT\]|libdnnl"),
     ("conversion / rounding (bf16)", r"reduced::round|round_activations|pack_wire|unpack_wire|to_bf16|"

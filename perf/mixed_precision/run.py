@@ -5,6 +5,7 @@ MLP, the CNN and the ViT decks; optionally test accuracy bf16 vs float.
 
     /usr/bin/python3 perf/mixed_precision/run.py            # speed table
     /usr/bin/python3 perf/mixed_precision/run.py --accuracy --epochs 1
+    /usr/bin/python3 perf/mixed_precision/run.py --routes   # + bf16 on the rounded route
 
 Speed: each side trains `--steps` steps (gpipe-train: data.train_limit =
 steps x batch, M = 1, one epoch, samples_per_second of its summary;
@@ -31,13 +32,13 @@ ARGS = None
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
-def gpipe(deck, precision, sets):
+def gpipe(deck, precision, sets, env=None):
     with tempfile.TemporaryDirectory() as d:
         summary = os.path.join(d, "s.json")
         cmd = [ARGS.train, os.path.join(ROOT, deck), "--quiet", "--summary", summary, "--set", "precision=" + precision]
         for s in sets:
             cmd += ["--set", s]
-        subprocess.run(cmd, check=True, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, env=dict(ENV, **(env or {})), cwd=ROOT, stdout=subprocess.DEVNULL)
         with open(summary) as f:
             return json.load(f)
 
@@ -62,21 +63,31 @@ def speed(a):
                 "data.test_limit=256", "training.progress_every=0"]
         best = {}
         for _ in range(a.repeats):
-            for side in ("gpipe float", "gpipe bf16", "torch float", "torch bf16"):
-                who, dtype = side.split()
+            sides = ["gpipe float", "gpipe bf16"] + (["gpipe bf16 rounded"] if a.routes else []) + ["torch float", "torch bf16"]
+            for side in sides:
+                who, dtype = side.split()[:2]
                 if who == "gpipe":
-                    v = gpipe(deck, dtype, sets)["samples_per_second"]
+                    # --routes: "gpipe bf16" is what kernels: auto picks, "gpipe bf16 rounded" the
+                    # rounded route forced (GPIPE_BF16_ROUTE=rounded: the f32 primitives on
+                    # rounded operands), side by side.
+                    env = {"GPIPE_BF16_ROUTE": "rounded"} if side.endswith("rounded") else None
+                    v = gpipe(deck, dtype, sets, env)["samples_per_second"]
                 else:
                     v = torch(model, dtype, a.steps)["samples_per_second"]
                 best[side] = max(best.get(side, 0), v)
         rows.append((model, best))
     print("after:", uptime())
     print()
-    print("| model | gpipe float | gpipe bf16 | bf16 / float | torch float32 | torch autocast bf16 | gpipe bf16 / torch bf16 |")
-    print("|---|---|---|---|---|---|---|")
+    extra = " gpipe bf16 rounded route | rounded / float | rounded / torch bf16 |" if a.routes else ""
+    print("| model | gpipe float | gpipe bf16 | bf16 / float | torch float32 | torch autocast bf16 | gpipe bf16 / torch bf16 |" + extra)
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|" if a.routes else ""))
     for model, b in rows:
-        print(f"| {model} | {b['gpipe float']:.0f} | {b['gpipe bf16']:.0f} | {b['gpipe bf16'] / b['gpipe float']:.2f}x "
-              f"| {b['torch float']:.0f} | {b['torch bf16']:.0f} | {b['gpipe bf16'] / b['torch bf16']:.2f}x |")
+        line = (f"| {model} | {b['gpipe float']:.0f} | {b['gpipe bf16']:.0f} | {b['gpipe bf16'] / b['gpipe float']:.2f}x "
+                f"| {b['torch float']:.0f} | {b['torch bf16']:.0f} | {b['gpipe bf16'] / b['torch bf16']:.2f}x |")
+        if a.routes:
+            r = b["gpipe bf16 rounded"]
+            line += f" {r:.0f} | {r / b['gpipe float']:.2f}x | {r / b['torch bf16']:.2f}x |"
+        print(line)
 
 
 def accuracy(a):
@@ -99,6 +110,8 @@ def main():
     p.add_argument("--accuracy", action="store_true")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--fp16", action="store_true")
+    p.add_argument("--routes", action="store_true",
+                   help="speed: also gpipe bf16 on the rounded route (GPIPE_BF16_ROUTE=rounded), side by side")
     p.add_argument("--train", default=TRAIN, help="the gpipe-train binary (default build/apps/gpipe-train)")
     a = p.parse_args()
     global ARGS

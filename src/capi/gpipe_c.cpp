@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpipe/core/agreed.hpp"
+#include "gpipe/train/plan.hpp"
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/runtime.hpp"
 #include "gpipe/io/checkpoint.hpp"
@@ -228,6 +229,9 @@ gpipe_status create_agreed(bool arguments_ok, const char* null_message, const ch
   const gpipe_status agreed = agree_arguments(local, comm, function);
   if (agreed != GPIPE_OK) return agreed;
   return guarded([&] {
+    // Every rank's deck must be rank 0's (agreed, before any collective the
+    // deck decides, such as the checkpoint directory's check below).
+    gpipe::check_same_deck(deck, comm);
     // Before the first step, as every entry point: a checkpoint directory
     // that cannot be written fails here (agreed), not at the first save.
     if (!deck.checkpoint.directory.empty())
@@ -442,6 +446,15 @@ gpipe_status gpipe_layout(const gpipe_trainer* trainer, int* replicas, int* cell
           if (cell) *cell = t->cell().rank();
         },
         trainer->impl);
+    return GPIPE_OK;
+  });
+}
+
+gpipe_status gpipe_skipped_steps(const gpipe_trainer* trainer, int64_t* skipped) {
+  if (!trainer || !skipped)
+    return fail(GPIPE_ERROR_NULL_ARGUMENT, "gpipe_skipped_steps: trainer and skipped must not be NULL");
+  return guarded([&] {
+    *skipped = std::visit([](const auto& t) { return std::int64_t(t->skipped_steps()); }, trainer->impl);
     return GPIPE_OK;
   });
 }

@@ -23,7 +23,7 @@ module gpipe
   public :: gpipe_initialize_f, gpipe_finalize_f, gpipe_create, gpipe_destroy_f, &
             gpipe_train_step, gpipe_train_step_targets_f, gpipe_predict_f, gpipe_last_error_f, gpipe_set_total_steps_f, &
             GPIPE_OK, gpipe_dimensions_f, gpipe_parameter_count_f, gpipe_get_parameters_f, &
-            gpipe_save_checkpoint_f, gpipe_load_checkpoint_f
+            gpipe_save_checkpoint_f, gpipe_load_checkpoint_f, gpipe_skipped_steps_f
 
   integer(c_int), parameter :: GPIPE_OK = 0
 
@@ -93,6 +93,12 @@ module gpipe
       import :: c_int, c_ptr, c_int64_t
       type(c_ptr), value :: trainer
       integer(c_int64_t), intent(out) :: count
+      integer(c_int) :: status
+    end function
+    function c_skipped_steps(trainer, skipped) bind(C, name="gpipe_skipped_steps") result(status)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: trainer
+      integer(c_int64_t), intent(out) :: skipped
       integer(c_int) :: status
     end function
     function c_get_parameters(trainer, values, count) bind(C, name="gpipe_get_parameters") result(status)
@@ -200,6 +206,14 @@ contains
     type(c_ptr), intent(in) :: trainer
     integer(c_int64_t), intent(out) :: count
     status = c_parameter_count(trainer, count)
+  end function
+
+  !> Training steps whose update was skipped so far (an fp16 gradient overflow, or
+  !> training.nonfinite: skip_step): such a step returned GPIPE_OK but changed no weight.
+  integer function gpipe_skipped_steps_f(trainer, skipped) result(status)
+    type(c_ptr), intent(in) :: trainer
+    integer(c_int64_t), intent(out) :: skipped
+    status = c_skipped_steps(trainer, skipped)
   end function
 
   !> All parameters of the model in layer order (size(values) of them, which must be

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <utility>
+
 #include <cstdio>
 
 #include "gpipe/core/error.hpp"
@@ -101,7 +104,22 @@ CostsTable read_costs_file(const std::string& path) {
   if (rows.size() != layer.size() || f.size() != layer.size() || bi.size() != layer.size() ||
       bw.size() != layer.size())
     throw InputError(fmt::format("{}: the datasets have different lengths", path));
-  for (size_t i = 0; i < layer.size(); ++i) t.rows.push_back({layer[i], rows[i], f[i], bi[i], bw[i]});
+  for (size_t i = 0; i < layer.size(); ++i) {
+    // Measured times only: a NaN, infinite or negative entry (a corrupt or
+    // hand-edited file) would make every prediction and tuned schedule from it
+    // NaN or nonsense, reported as a figure.
+    const auto where = [&] { return fmt::format("{}: row {} (layer {}, {} rows)", path, i, layer[i], rows[i]); };
+    if (layer[i] < 0 || layer[i] >= std::int64_t(t.layer_types.size()))
+      throw InputError(fmt::format("{}: layer {} outside 0..{} (layer_types lists {} layers)", where(), layer[i],
+                                   std::int64_t(t.layer_types.size()) - 1, t.layer_types.size()));
+    if (rows[i] < 1) throw InputError(fmt::format("{}: rows {}, expected at least 1", where(), rows[i]));
+    for (const auto& [name, v] : {std::pair<const char*, double>{"forward_s", f[i]}, {"backward_input_s", bi[i]},
+                                  {"backward_weights_s", bw[i]}})
+      if (!std::isfinite(v) || v < 0)
+        throw InputError(fmt::format("{}: {} = {} is not a measured time (expected a finite number of seconds >= 0)",
+                                     where(), name, v));
+    t.rows.push_back({layer[i], rows[i], f[i], bi[i], bw[i]});
+  }
   return t;
 }
 

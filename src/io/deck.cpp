@@ -15,7 +15,9 @@
 
 #include "../layers/registry_yaml.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/precision.hpp"
 #include "gpipe/kernels/backend.hpp"
+#include "gpipe/optim/loss_scale.hpp"
 
 namespace gpipe {
 
@@ -59,9 +61,10 @@ struct Domain {
   bool low_open = false, high_open = false, bounded_above = false;
   std::vector<std::string> choices;   // Choice
   bool empty_allowed = false;         // Text: "" is a valid value
-  std::string description;            // Text: what describe() says instead of "a path"
+  std::string description;            // what describe() says instead (Text: instead of "a path")
 
   std::string describe() const {
+    if (!description.empty() && kind != Text) return description;
     switch (kind) {
       case Integer:
         if (unsigned64) return "an integer in [0, 2^64 - 1]";
@@ -154,7 +157,10 @@ const std::map<std::string, Domain>& domains() {
     t["training.shuffle"].kind = Domain::Boolean;
     t["training.progress_every"] = integer(0);
     t["training.nonfinite"] = choice({"abort", "skip_step", "ignore"});
-    t["training.loss_scale"] = number(0, true);
+    t["training.loss_scale"] = number(LossScaler::kMinScale, false);  // [2^-24, 2^64]: gpipe/optim/loss_scale.hpp
+    t["training.loss_scale"].bounded_above = true;
+    t["training.loss_scale"].high = LossScaler::kMaxScale;
+    t["training.loss_scale"].description = "a number in [2^-24, 2^64]";
     t["training.loss_scale_growth_interval"] = integer(1);
     t["training.loss_scale_growth"] = number(1, false);
     t["training.loss_scale_backoff"] = number(0, true);
@@ -668,7 +674,17 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
   deck.model = read_model(section(root, "model", name, true, &overridden));
   if (data_required || root["data"])
     deck.data = read_data(section(root, "data", name, true, &overridden), deck.model);
-  deck.training = read_training(section(root, "training", name, true, &overridden));
+  const Section training = section(root, "training", name, true, &overridden);
+  deck.training = read_training(training);
+  // fp16's dynamic loss scaling is the only user of training.loss_scale*: the
+  // keys with another precision would be read by nothing (a deck meant for
+  // fp16 running bf16 or float without saying so).
+  if (!precision_policy(deck.precision).loss_scaling)
+    for (const char* key : {"loss_scale", "loss_scale_growth_interval", "loss_scale_growth", "loss_scale_backoff"})
+      if (training.has(key))
+        throw InputError(fmt::format("{}: training.{}: dynamic loss scaling is for precision fp16 only (precision "
+                                     "is {}); remove the key or set precision: fp16",
+                                     training.where_key(key, training.raw(key)), key, deck.precision));
   {
     const auto& t = deck.training;
     check_micro_batch_statistics(

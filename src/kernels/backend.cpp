@@ -63,11 +63,13 @@ bool device_has_tf32() {
 //     1-4x and backward-weights 1-3.8x the raw GEMM rate, the portable
 //     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
-//   bf16 (2 bytes: bf16 operands, fp32 accumulation): oneDNN's bf16
-//     matmul and convolution where the CPU has AMX; without it (AVX-512
-//     BF16 only) the operands rounded to bf16 in fp32 buffers and oneDNN's
-//     f32 primitives, 1.0-2.1x faster there (perf/README.md, "Issue 22: the
-//     bf16 primitives without AMX").
+//   bf16 (2 bytes: bf16 operands, fp32 accumulation): bf16_native_rule
+//     (backend.hpp, its table of measurements): oneDNN's bf16 matmul and
+//     convolution where the CPU has AMX, or is an AMD one with AVX-512 BF16
+//     (Zen 5: 1.3-3.0x its f32 matmul); on an Intel CPU without AMX the
+//     operands rounded to bf16 in fp32 buffers and oneDNN's f32
+//     primitives, 1.0-2.1x faster there (perf/README.md, "Issue 22: the
+//     bf16 primitives without AMX"; "Issue 22: the bf16 route rule").
 //   CUDA builds with cuBLAS: cuBLAS for every primitive it has (not
 //     measured: no GPU was lent to the session that added it; Kokkos
 //     Kernels' own cuBLAS TPL runs the same library for the portable dense
@@ -76,15 +78,24 @@ bool device_has_tf32() {
 //   conv2d in CUDA builds with cuDNN: cuDNN (not measured either; the
 //     portable im2col + per-sample GEMMs is the alternative).
 Implementation automatic(Primitive p, int scalar_bytes) {
-#ifdef GPIPE_ENABLE_ONEDNN
-  // bf16 without AMX: the rounded route (reduced.hpp) on oneDNN's f32
-  // primitives, faster than its bf16 ones there (onednn::bf16_native).
-  if (scalar_bytes == 2 && has(Implementation::onednn, p, 2) && !onednn::bf16_native())
+  // bf16 where the rule says the native primitives lose: the rounded route
+  // (reduced.hpp) on the f32 primitives (implementation(p, 4)).
+  if (scalar_bytes == 2 && has(Implementation::onednn, p, 2) && !bf16_native_rule(this_cpu(), p))
     return Implementation::portable;
-#endif
   if (has(Implementation::cublas, p, scalar_bytes)) return Implementation::cublas;
   if (has(Implementation::cudnn, p, scalar_bytes)) return Implementation::cudnn;
   return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
+}
+
+std::atomic<int> route{int(Bf16Route::automatic)};
+
+std::optional<Bf16Route> route_from_environment() {
+  static const std::optional<Bf16Route> env = []() -> std::optional<Bf16Route> {
+    const char* text = std::getenv("GPIPE_BF16_ROUTE");
+    if (text == nullptr || *text == '\0') return std::nullopt;
+    return parse_bf16_route(text, "environment variable GPIPE_BF16_ROUTE");
+  }();
+  return env;
 }
 
 std::optional<Choice> from_environment() {
@@ -129,6 +140,53 @@ const char* name(Choice choice) {
     case Choice::cudnn: return "cudnn";
   }
   return "?";
+}
+
+const char* name(CpuVendor vendor) {
+  switch (vendor) {
+    case CpuVendor::intel: return "intel";
+    case CpuVendor::amd: return "amd";
+    case CpuVendor::other: return "other";
+  }
+  return "?";
+}
+
+const char* name(Bf16Route r) {
+  switch (r) {
+    case Bf16Route::automatic: return "auto";
+    case Bf16Route::native: return "native";
+    case Bf16Route::rounded: return "rounded";
+  }
+  return "?";
+}
+
+CpuTraits this_cpu() {
+#ifdef GPIPE_ENABLE_ONEDNN
+  return onednn::cpu_traits();
+#else
+  return CpuTraits{};
+#endif
+}
+
+bool bf16_native_rule(const CpuTraits& cpu, Primitive primitive) {
+  if (primitive == Primitive::eltwise) return false;  // no bf16 primitive
+  if (cpu.amx) return true;
+  if (!cpu.avx512_bf16) return false;
+  return cpu.vendor == CpuVendor::amd;
+}
+
+Bf16Route parse_bf16_route(const std::string& text, const std::string& field) {
+  if (text == "auto") return Bf16Route::automatic;
+  if (text == "native") return Bf16Route::native;
+  if (text == "rounded") return Bf16Route::rounded;
+  throw InputError(fmt::format("{}: unknown bf16 route '{}' (expected auto, native or rounded)", field, text));
+}
+
+void select_bf16_route(Bf16Route r) { route.store(int(r)); }
+
+Bf16Route selected_bf16_route() {
+  if (const auto env = route_from_environment()) return *env;
+  return Bf16Route(route.load());
 }
 
 std::vector<Implementation> available() {
@@ -294,7 +352,14 @@ Choice selected() {
 }
 
 Implementation implementation(Primitive primitive, int scalar_bytes) {
-  switch (selected()) {
+  const Choice choice = selected();
+  if (scalar_bytes == 2 && choice != Choice::portable && has(Implementation::onednn, primitive, 2))
+    switch (selected_bf16_route()) {
+      case Bf16Route::native: return Implementation::onednn;
+      case Bf16Route::rounded: return Implementation::portable;  // the rounded route
+      case Bf16Route::automatic: break;
+    }
+  switch (choice) {
     case Choice::portable: return Implementation::portable;
     case Choice::onednn:
       return has(Implementation::onednn, primitive, scalar_bytes) ? Implementation::onednn
@@ -361,6 +426,7 @@ std::string selection_summary() {
   Choice choice;
   try {
     choice = selected();
+    (void)selected_bf16_route();
   } catch (const InputError& e) {
     return e.what();
   }
@@ -373,7 +439,15 @@ std::string selection_summary() {
                          name(implementation(p, bytes)));
       sep = ", ";
     }
-  return out + "; " + tf32_summary();
+  return out + "; " + bf16_route_summary() + "; " + tf32_summary();
+}
+
+std::string bf16_route_summary() {
+  const CpuTraits cpu = this_cpu();
+  const bool native = bf16_native_rule(cpu, Primitive::gemm);
+  return fmt::format("bf16 route {} (cpu {}, {}, {}: rule {})", name(selected_bf16_route()), name(cpu.vendor),
+                     cpu.avx512_bf16 ? "avx512_bf16" : "no avx512_bf16", cpu.amx ? "amx" : "no amx",
+                     native ? "native" : "rounded");
 }
 
 }  // namespace gpipe::kernels

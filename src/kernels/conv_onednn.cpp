@@ -18,7 +18,8 @@
 // from gpipe's plain f32 Views into the primitive's blocked bf16 layouts
 // convert (round to nearest even), so conv.cpp passes x, w and dy unrounded.
 // Own primitives per (n, bias, bf16), so a step changing format makes new ones.
-// Only where implementation(conv2d, 2) is oneDNN (AMX; backend.cpp): without
+// Only where implementation(conv2d, 2) is oneDNN (backend.hpp,
+// bf16_native_rule: AMX, or AMD with AVX-512 BF16): on an Intel CPU without
 // AMX these bf16 kernels ran slower than the f32 ones on rounded operands.
 //
 // Padding: pad_h/pad_w on the left and on the right, as in the portable
@@ -171,8 +172,8 @@ class Conv2dOneDnn final : public Conv2d<float>::Impl {
     Step forward, weights;
   };
 
-  // The compute format is bf16 and oneDNN runs conv2d at bf16 (AMX:
-  // onednn::bf16_native): bf16 operands. Else (the rounded route, conv.cpp)
+  // The compute format is bf16 and oneDNN runs conv2d at bf16 (AMX, or an
+  // AMD CPU with AVX-512 BF16: bf16_native_rule): bf16 operands. Else (the rounded route, conv.cpp)
   // the f32 primitives on operands already rounded.
   static bool reduced_bf16() {
     return compute_format() == Format::bf16 && implementation(Primitive::conv2d, 2) == Implementation::onednn;

@@ -67,7 +67,7 @@ Entry make_matmul(const memory::desc& a, const memory::desc& b, const memory::de
     if (a.data_type() != bf16_t) throw;
     throw std::runtime_error(fmt::format(
         "gpipe::kernels: oneDNN {} has no bf16 matmul on this CPU ({}); run with kernels: portable "
-        "(GPIPE_KERNELS=portable) to round the operands to bf16 in fp32 kernels instead",
+        "(GPIPE_KERNELS=portable) or GPIPE_BF16_ROUTE=rounded to round the operands to bf16 in fp32 kernels instead",
         version(), e.what()));
   }
   Entry e;
@@ -255,13 +255,23 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix
   e.run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, c.data()}});
 }
 
-bool bf16_native() {
-  static const bool amx = [] {
+CpuTraits cpu_traits() {
+  static const CpuTraits traits = [] {
+    CpuTraits t;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("intel"))
+      t.vendor = CpuVendor::intel;
+    else if (__builtin_cpu_is("amd"))
+      t.vendor = CpuVendor::amd;
+#endif
     const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-    const auto want = unsigned(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & want) == want;
+    const auto has = [isa](dnnl::cpu_isa want) { return (isa & unsigned(want)) == unsigned(want); };
+    t.avx512_bf16 = has(dnnl::cpu_isa::avx512_core_bf16);
+    t.amx = has(dnnl::cpu_isa::avx512_core_amx);
+    return t;
   }();
-  return amx;
+  return traits;
 }
 
 // bf16 operands (converted by the caller, dispatch.cpp), fp32 accumulation

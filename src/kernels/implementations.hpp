@@ -71,13 +71,10 @@ void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer,
                        const Strided& sc);
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
-/// Whether `auto` runs bf16 on oneDNN's bf16 primitives (true) or on its f32
-/// ones with operands rounded to bf16 (false): true where oneDNN may dispatch
-/// AMX (dnnl::get_effective_cpu_isa(), so ONEDNN_MAX_CPU_ISA is honoured).
-/// Without AMX, oneDNN 2.6.3's bf16 matmul and convolution (AVX-512 BF16)
-/// ran 0.47-0.99x as fast as its f32 ones at every deck shape (0.5-0.75x at most) (perf/README.md, "Issue 22:
-/// the bf16 primitives without AMX"; perf/mixed_precision/bench_onednn_bf16.cpp).
-bool bf16_native();
+/// The CPU's vendor (x86 CPUID) and the bf16 ISAs oneDNN may dispatch
+/// (dnnl::get_effective_cpu_isa(), so ONEDNN_MAX_CPU_ISA is honoured);
+/// kernels::this_cpu() in builds with oneDNN. Asked once.
+CpuTraits cpu_traits();
 }  // namespace onednn
 
 // Defined only in builds with GPIPE_ENABLE_CUBLAS (src/kernels/gemm_cublas.cpp),

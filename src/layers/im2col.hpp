@@ -142,14 +142,25 @@ void im2col_rows(const ExecSpace& space, const Window2d& g, const X& x, const Co
   const std::int64_t P = g.pixels(), OW = g.out_w(), taps = g.taps();
   const std::int64_t H = g.height, W = g.width, KH = g.kernel_h, KW = g.kernel_w;
   const std::int64_t SH = g.stride_h, SW = g.stride_w, PH = g.pad_h, PW = g.pad_w;
+  const std::int64_t C = g.channels;
+  (void)taps;
+  // One work item per row (sample, pixel): its taps (c, a, b) in column
+  // order, each kernel row a run of KW input values (no index division per
+  // element).
   Kokkos::parallel_for(
-      label, Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(space, {0, 0}, {n * P, taps}),
-      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t k) {
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, n * P), KOKKOS_LAMBDA(const std::int64_t row) {
         const std::int64_t i = row / P, p = row % P;
         const std::int64_t oh = p / OW, ow = p % OW;
-        const std::int64_t c = k / (KH * KW), r = k % (KH * KW);
-        const std::int64_t h = oh * SH - PH + r / KW, w = ow * SW - PW + r % KW;
-        cols(row, k) = (h >= 0 && h < H && w >= 0 && w < W) ? x(i, (c * H + h) * W + w) : T(0);
+        std::int64_t k = 0;
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t a = 0; a < KH; ++a) {
+            const std::int64_t h = oh * SH - PH + a;
+            const bool inside = h >= 0 && h < H;
+            for (std::int64_t b = 0; b < KW; ++b, ++k) {
+              const std::int64_t w = ow * SW - PW + b;
+              cols(row, k) = (inside && w >= 0 && w < W) ? x(i, (c * H + h) * W + w) : T(0);
+            }
+          }
       });
 }
 

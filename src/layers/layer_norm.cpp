@@ -56,15 +56,152 @@ RowPolicy row_teams(const ExecSpace& space, std::int64_t rows) {
   policy.set_scratch_size(0, Kokkos::PerTeam(sum_lanes_bytes<double>()));
   return policy;
 }
+
+// The reductions and loops of one row, done by one thread (host spaces:
+// lane_sum, no team machinery per row) or by a team (GPUs: team_sum over its
+// threads). The two give the same bits (fixed_sum.hpp), so one row algorithm
+// below serves both.
+struct ThreadRow {
+  template <class Term>
+  KOKKOS_INLINE_FUNCTION double sum(std::int64_t count, const Term& term) const {
+    return lane_sum<double>(count, term);
+  }
+  template <class First, class Second>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<double, double> sum2(std::int64_t count, const First& first,
+                                                           const Second& second) const {
+    return lane_sum2<double>(count, first, second);
+  }
+  template <class Term>
+  KOKKOS_INLINE_FUNCTION double max(std::int64_t count, const Term& term) const {
+    return lane_max_nonnegative<double>(count, term);
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void each(std::int64_t count, const F& f) const {
+    for (std::int64_t j = 0; j < count; ++j) f(j);
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void once(const F& f) const { f(); }
+};
+
+struct TeamRow {
+  const RowMember& team;
+  SumLanes<double> lanes;
+  KOKKOS_INLINE_FUNCTION explicit TeamRow(const RowMember& t) : team(t), lanes(t.team_scratch(0), kSumLanes) {}
+  template <class Term>
+  KOKKOS_INLINE_FUNCTION double sum(std::int64_t count, const Term& term) const {
+    return team_sum<double>(team, lanes, count, term);
+  }
+  template <class First, class Second>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<double, double> sum2(std::int64_t count, const First& first,
+                                                           const Second& second) const {
+    const double a = team_sum<double>(team, lanes, count, first);
+    return {a, team_sum<double>(team, lanes, count, second)};
+  }
+  template <class Term>
+  KOKKOS_INLINE_FUNCTION double max(std::int64_t count, const Term& term) const {
+    return team_max_nonnegative<double>(team, lanes, count, term);
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void each(std::int64_t count, const F& f) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, count), f);
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void once(const F& f) const { Kokkos::single(Kokkos::PerTeam(team), f); }
+};
+
+// Whether T's squares and eps / T-range values cannot overflow or underflow
+// in double: then the statistics need no scaling (float: |x| <= 3.4e38,
+// squares <= 1.2e77; the smallest subnormal's square 2e-90).
+template <class T>
+inline constexpr bool kUnscaled = sizeof(T) < sizeof(double);
+
+// Statistics of row i into stats(i, 0..1): mean and sqrt(var + eps), in
+// double, scale-safe (DESIGN.md "Numerics"). float (kUnscaled): plain
+// two-pass mean and variance of the doubles, which cannot overflow or
+// underflow for any finite float. double: the row divided by its largest
+// |x| (s) before anything is squared, so neither the squares nor eps / s^2
+// overflow or underflow to a wrong variance at any finite magnitude. Then
+// y = xhat * gamma + beta with xhat from the stored (rounded) statistics,
+// as backward reads them.
+template <class T, class Row, class X, class Y, class S, class G>
+KOKKOS_INLINE_FUNCTION void forward_row(const Row& row, std::int64_t i, std::int64_t f, double eps, const X& x,
+                                        const Y& y, const S& stats, const G& g, const G& b) {
+  double mean_d, sd;
+  if constexpr (kUnscaled<T>) {
+    mean_d = row.sum(f, [&](const std::int64_t j) { return double(x(i, j)); }) / double(f);
+    const double var = row.sum(f, [&](const std::int64_t j) {
+                         const double d = double(x(i, j)) - mean_d;
+                         return d * d;
+                       }) / double(f);
+    sd = compat::sqrt(var + eps);
+  } else {
+    double s = row.max(f, [&](const std::int64_t j) {
+      const double a = double(x(i, j));
+      return a < 0 ? -a : a;
+    });
+    if (!(s > 0)) s = 1;
+    const double mu = row.sum(f, [&](const std::int64_t j) { return double(x(i, j)) / s; }) / double(f);
+    const double var = row.sum(f, [&](const std::int64_t j) {
+                         const double d = double(x(i, j)) / s - mu;
+                         return d * d;
+                       }) / double(f);  // variance of x / s
+    // sqrt(s^2 var + eps), arranged so neither s^2 nor eps / s^2 overflows.
+    sd = s >= 1 ? s * compat::sqrt(var + eps / s / s) : compat::sqrt(s * s * var + eps);
+    mean_d = s * mu;
+  }
+  const T mean_t = T(mean_d), sd_t = T(sd);
+  row.once([&]() {
+    stats(i, 0) = mean_t;
+    stats(i, 1) = sd_t;
+  });
+  const double mean = double(mean_t), dev = double(sd_t);
+  if constexpr (kUnscaled<T>) {
+    const double inv = 1.0 / dev;  // > 0 and normal: dev >= sqrt(eps) and <= float's largest
+    row.each(f, [&](const std::int64_t j) { y(i, j) = T((double(x(i, j)) - mean) * inv) * g(j) + b(j); });
+  } else {
+    row.each(f, [&](const std::int64_t j) { y(i, j) = T((double(x(i, j)) - mean) / dev) * g(j) + b(j); });
+  }
+}
+
+// dx row i = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sd,
+// dxhat = dy * gamma, in double; float divides by multiplying with 1 / sd.
+template <class T, class Row, class X, class Y, class S, class G>
+KOKKOS_INLINE_FUNCTION void backward_row(const Row& row, std::int64_t i, std::int64_t f, const X& x, const X& dy,
+                                         const Y& dx, const S& stats, const G& g) {
+  const double mean = double(stats(i, 0)), sd = double(stats(i, 1));
+  const auto dxhat = [&](const std::int64_t j) { return double(dy(i, j)) * double(g(j)); };
+  if constexpr (kUnscaled<T>) {
+    const double inv = 1.0 / sd;
+    // m1 and m2 in one pass (the same sums as two).
+    const auto sums = row.sum2(f, dxhat, [&](const std::int64_t j) {
+      return double(dy(i, j)) * double(g(j)) * ((double(x(i, j)) - mean) * inv);
+    });
+    const double m1 = sums.first / double(f), m2 = sums.second / double(f);
+    row.each(f, [&](const std::int64_t j) {
+      const double xhat = (double(x(i, j)) - mean) * inv;
+      dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) * inv);
+    });
+  } else {
+    const double m1 = row.sum(f, dxhat) / double(f);
+    const double m2 = row.sum(f, [&](const std::int64_t j) {
+                        return double(dy(i, j)) * double(g(j)) * (double(x(i, j)) - mean) / sd;
+                      }) / double(f);
+    row.each(f, [&](const std::int64_t j) {
+      const double xhat = (double(x(i, j)) - mean) / sd;
+      dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) / sd);
+    });
+  }
+}
 }  // namespace
 
-// Statistics of each row into stats(i, 0..1): mean and sqrt(var + eps),
-// scale-safe (DESIGN.md "Numerics"): in double, the row divided by its
-// largest |x| (s) before anything is squared, so neither the squares nor
-// eps / s^2 overflow or underflow to a wrong variance at any finite magnitude.
 template <class T>
-void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x_in, Matrix<T> y_in,
-                           SavedView<T> saved) {
+void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x_in, Matrix<T> y_in, SavedView<T> saved) {
+  forward_rows(ctx, x_in, y_in, saved, kHostRows ? RowKernel::threads : RowKernel::teams);
+}
+
+template <class T>
+void LayerNorm<T>::forward_rows(const PassContext& ctx, ConstMatrix<T> x_in, Matrix<T> y_in, SavedView<T> saved,
+                                RowKernel kernel) {
   // (n, T*d) row-major is (n*T, d): one row per token.
   const std::int64_t tokens = tokens_of(this->input_shape());
   const ConstMatrix<T> x(x_in.data(), x_in.extent(0) * size_t(tokens), x_in.extent(1) / size_t(tokens));
@@ -74,40 +211,26 @@ void LayerNorm<T>::forward(const PassContext& ctx, ConstMatrix<T> x_in, Matrix<T
   const double eps = eps_;
   auto g = gamma_;
   auto b = beta_;
-  Kokkos::parallel_for(
-      "gpipe::LayerNorm::forward", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
-        const std::int64_t i = team.league_rank();
-        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
-        double s = team_max_nonnegative<double>(team, lanes, f, [&](const std::int64_t j) {
-          const double a = double(x(i, j));
-          return a < 0 ? -a : a;
+  if (kernel == RowKernel::threads)
+    Kokkos::parallel_for(
+        "gpipe::LayerNorm::forward", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) { forward_row<T>(ThreadRow{}, i, f, eps, x, y, stats, g, b); });
+  else
+    Kokkos::parallel_for(
+        "gpipe::LayerNorm::forward", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
+          forward_row<T>(TeamRow(team), team.league_rank(), f, eps, x, y, stats, g, b);
         });
-        if (!(s > 0)) s = 1;
-        const double mu = team_sum<double>(team, lanes, f, [&](const std::int64_t j) { return double(x(i, j)) / s; }) /
-                          double(f);  // mean of x / s
-        const double var = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
-                             const double d = double(x(i, j)) / s - mu;
-                             return d * d;
-                           }) / double(f);  // variance of x / s
-        // sqrt(s^2 var + eps), arranged so neither s^2 nor eps / s^2 overflows.
-        const double sd = s >= 1 ? s * compat::sqrt(var + eps / s / s) : compat::sqrt(s * s * var + eps);
-        const T mean_t = T(s * mu), sd_t = T(sd);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          stats(i, 0) = mean_t;
-          stats(i, 1) = sd_t;
-        });
-        // The stored (rounded) statistics, as backward() reads them.
-        const double mean = double(mean_t), dev = double(sd_t);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, f), [&](const std::int64_t j) {
-          const double xhat = (double(x(i, j)) - mean) / dev;
-          y(i, j) = T(xhat) * g(j) + b(j);
-        });
-      });
 }
 
 template <class T>
 void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x_in, ConstMatrix<T> dy_in,
                             Matrix<T> dx_in, SavedView<T> saved) {
+  backward_rows(ctx, x_in, dy_in, dx_in, saved, kHostRows ? RowKernel::threads : RowKernel::teams);
+}
+
+template <class T>
+void LayerNorm<T>::backward_rows(const PassContext& ctx, ConstMatrix<T> x_in, ConstMatrix<T> dy_in,
+                                 Matrix<T> dx_in, SavedView<T> saved, RowKernel kernel) {
   const std::int64_t tokens = tokens_of(this->input_shape());
   const auto rows = [&](const auto& v) { return v.extent(0) * size_t(tokens); };
   const auto cols = [&](const auto& v) { return v.extent(1) / size_t(tokens); };
@@ -119,32 +242,37 @@ void LayerNorm<T>::backward(const PassContext& ctx, ConstMatrix<T> x_in, ConstMa
   auto g = gamma_;
   auto dg = gamma_grad_;
   auto db = beta_grad_;
-  // Parameter gradients: column sums over the rows (one team per feature).
-  add_column_sums<T>("gpipe::LayerNorm::backward_gamma", ctx.space, n, f, dg,
-                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-                       const T xhat = T((double(x(i, j)) - double(stats(i, 0))) / double(stats(i, 1)));
-                       return dy(i, j) * xhat;
-                     });
-  add_column_sums<T>("gpipe::LayerNorm::backward_beta", ctx.space, n, f, db,
-                     KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); });
+  // Parameter gradients: column sums over the rows (fixed_sum.hpp; the
+  // same bits by blocks of columns on the host as by a team per column).
+  // xhat as backward_row forms it (float: times 1 / sd, one division per
+  // row and block of columns instead of one per element).
+  const auto gamma_term = KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+    const double centered = double(x(i, j)) - double(stats(i, 0));
+    T xhat;
+    if constexpr (kUnscaled<T>)
+      xhat = T(centered * (1.0 / double(stats(i, 1))));
+    else
+      xhat = T(centered / double(stats(i, 1)));
+    return dy(i, j) * xhat;
+  };
+  const auto beta_term = KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { return dy(i, j); };
+  if (kernel == RowKernel::threads) {
+    add_column_sums_by_blocks<T>("gpipe::LayerNorm::backward_gamma", ctx.space, n, f, dg, gamma_term);
+    add_column_sums_by_blocks<T>("gpipe::LayerNorm::backward_beta", ctx.space, n, f, db, beta_term);
+  } else {
+    add_column_sums_by_teams<T>("gpipe::LayerNorm::backward_gamma", ctx.space, n, f, dg, gamma_term);
+    add_column_sums_by_teams<T>("gpipe::LayerNorm::backward_beta", ctx.space, n, f, db, beta_term);
+  }
   if (dx.extent(0) == 0) return;
-  // dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sd, dxhat = dy * gamma, in double.
-  Kokkos::parallel_for(
-      "gpipe::LayerNorm::backward_input", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
-        const std::int64_t i = team.league_rank();
-        const SumLanes<double> lanes(team.team_scratch(0), kSumLanes);
-        const double mean = double(stats(i, 0)), sd = double(stats(i, 1));
-        const double m1 = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
-                            return double(dy(i, j)) * double(g(j));
-                          }) / double(f);
-        const double m2 = team_sum<double>(team, lanes, f, [&](const std::int64_t j) {
-                            return double(dy(i, j)) * double(g(j)) * (double(x(i, j)) - mean) / sd;
-                          }) / double(f);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, f), [&](const std::int64_t j) {
-          const double xhat = (double(x(i, j)) - mean) / sd;
-          dx(i, j) = T((double(dy(i, j)) * double(g(j)) - m1 - xhat * m2) / sd);
+  if (kernel == RowKernel::threads)
+    Kokkos::parallel_for(
+        "gpipe::LayerNorm::backward_input", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t i) { backward_row<T>(ThreadRow{}, i, f, x, dy, dx, stats, g); });
+  else
+    Kokkos::parallel_for(
+        "gpipe::LayerNorm::backward_input", row_teams<T>(ctx.space, n), KOKKOS_LAMBDA(const RowMember& team) {
+          backward_row<T>(TeamRow(team), team.league_rank(), f, x, dy, dx, stats, g);
         });
-      });
 }
 
 #define GPIPE_INSTANTIATE(T) template class LayerNorm<T>;

@@ -129,12 +129,19 @@ class PosEmbed final : public Layer<T> {
                 SavedView<T>) override {
     const std::int64_t n = std::int64_t(dy.extent(0));
     auto dw = weight_grad_;
+    // dw(e) += sum over i in order of dy(i, e), for a block of kBlock
+    // features at a time, so each row's block is read contiguously.
+    constexpr std::int64_t kBlock = 16;
+    const std::int64_t F = this->in_features();
     Kokkos::parallel_for(
-        "gpipe::PosEmbed::backward_weight", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, this->in_features()),
-        KOKKOS_LAMBDA(const std::int64_t e) {
-          T sum = T(0);
-          for (std::int64_t i = 0; i < n; ++i) sum += dy(i, e);
-          dw(e) += sum;
+        "gpipe::PosEmbed::backward_weight", Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, (F + kBlock - 1) / kBlock),
+        KOKKOS_LAMBDA(const std::int64_t block) {
+          const std::int64_t e0 = block * kBlock, width = F - e0 < kBlock ? F - e0 : kBlock;
+          T sum[kBlock];
+          for (std::int64_t c = 0; c < kBlock; ++c) sum[c] = T(0);
+          for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t c = 0; c < width; ++c) sum[c] += dy(i, e0 + c);
+          for (std::int64_t c = 0; c < width; ++c) dw(e0 + c) += sum[c];
         });
     if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
@@ -167,8 +174,10 @@ class TokenMean final : public Layer<T> {
     const std::int64_t tokens = this->input_shape()[0], d = this->input_shape()[1];
     Kokkos::parallel_for(
         "gpipe::TokenMean::backward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {std::int64_t(dx.extent(0)), tokens * d}),
-        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { dx(i, e) = dy(i, e % d) / T(tokens); });
+        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {std::int64_t(dx.extent(0)), tokens}),
+        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t t) {
+          for (std::int64_t j = 0; j < d; ++j) dx(i, t * d + j) = dy(i, j) / T(tokens);
+        });
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/layers/softmax_cross_entropy.hpp"
@@ -50,7 +51,10 @@ RegressionMetrics regression_metrics(const std::vector<double>& moments, std::in
                                      const std::vector<double>& target_scale) {
   RegressionMetrics m;
   const size_t p = moments.size() / 4;
-  if (p == 0 || samples <= 0) return m;
+  if (p == 0 || samples <= 0) {  // nothing measured (e.g. every step skipped): no figure, never 0
+    m.rmse_all = m.mae_all = m.r2_all = std::numeric_limits<double>::quiet_NaN();
+    return m;
+  }
   const double n = double(samples);
   double se_all = 0, ae_all = 0, tot_all = 0;
   for (size_t j = 0; j < p; ++j) {

@@ -166,6 +166,11 @@ Schedule deck_schedule(const Deck& deck, int cells) {
     throw InputError(fmt::format("{}: pipeline.w_group: {} does not apply to a schedule file (write its grouped W ops "
                                  "into the file, e.g. with gpipe-plan --set pipeline.w_group={} --print)",
                                  path, deck.pipeline.w_group, deck.pipeline.w_group));
+  if (deck.pipeline.chunks != 1)  // the file's stages and stage map are the layout: chunks would be ignored
+    throw InputError(fmt::format("{}: pipeline.chunks: {} does not apply to a schedule file (its stages and "
+                                 "rank_of_stage are the layout; write them with gpipe-plan --schedule "
+                                 "interleaved_1f1b --set pipeline.chunks={} --print)",
+                                 path, deck.pipeline.chunks, deck.pipeline.chunks));
   Schedule s = load_schedule(path);
   if (s.cells != cells || s.micro_batches != M)
     throw InputError(fmt::format("{}: pipeline.schedule_file: the schedule is for {} ranks and {} micro-batches, "

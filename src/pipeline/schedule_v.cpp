@@ -195,7 +195,58 @@ Schedule greedy_zero_bubble(const GreedyInput& in) {
   return out;
 }
 
+namespace {
+
+// ZB-V's own op order (Qi et al. 2024, "Zero Bubble (Almost) Pipeline
+// Parallelism", sec. 6, its figure of ZB-V; the same order as
+// torch.distributed.pipelining's ScheduleZBVZeroBubble), for M >= 2K - 1.
+// Rank r runs chunk 0 = stage r and chunk 1 = stage 2K-1-r:
+//   warm-up   2(K-r)-1 x F0;  r x (F1, F0);  K-r x (F1, I1, W1)
+//   steady    while chunk 1 has forwards left: [F0 if any left] I0 W0 F1 I1 W1
+//   cool-down r x (I0, I1);  K-r x (I0, W0 of the oldest pending);
+//             the pending W1, then the pending W0, oldest first.
+// Every W follows its own I within two ops in the steady state, so a rank
+// holds at most 2K stage micro-batches (1F1B's memory), and each stage's
+// F, I and W run in micro-batch order 0..M-1 (1F1B's accumulation order).
+Schedule zb_v_pattern(int K, int M) {
+  Schedule out;
+  out.cells = K;
+  out.stages = 2 * K;
+  out.micro_batches = M;
+  out.rank_of_stage = v_stage_map(K);
+  out.rematerialized.assign(size_t(M), false);
+  out.ops.resize(size_t(K));
+  for (int r = 0; r < K; ++r) {
+    auto& ops = out.ops[size_t(r)];
+    const int chunk[2] = {r, 2 * K - 1 - r};
+    int f[2] = {0, 0}, i[2] = {0, 0}, w[2] = {0, 0};
+    const auto F = [&](int c) { ops.push_back({OpKind::Forward, f[c]++, chunk[c]}); };
+    const auto I = [&](int c) { ops.push_back({OpKind::BackwardInput, i[c]++, chunk[c]}); };
+    const auto W = [&](int c) { ops.push_back({OpKind::BackwardWeights, w[c]++, chunk[c]}); };
+    for (int n = 0; n < 2 * (K - r) - 1; ++n) F(0);
+    for (int n = 0; n < r; ++n) F(1), F(0);
+    for (int n = 0; n < K - r; ++n) F(1), I(1), W(1);
+    while (f[1] < M) {
+      if (f[0] < M) F(0);
+      I(0), W(0), F(1), I(1), W(1);
+    }
+    for (int n = 0; n < r; ++n) I(0), I(1);
+    for (int n = 0; n < K - r; ++n) I(0), W(0);
+    while (w[1] < M) W(1);
+    while (w[0] < M) W(0);
+  }
+  return out;
+}
+
+}  // namespace
+
 Schedule zb_v(int cells, int micro_batches, Remat remat) {
+  if (cells >= 1 && micro_batches >= 2 * cells - 1) {
+    Schedule s = zb_v_pattern(cells, micro_batches);
+    s.rematerialized = remat_flags(micro_batches, remat);
+    insert_recomputes(s);
+    return s;
+  }
   GreedyInput in;
   in.cells = cells;
   in.micro_batches = micro_batches;

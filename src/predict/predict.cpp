@@ -223,6 +223,9 @@ StepInput step_input(const Deck& in_deck, int ranks, const PredictOptions& optio
   const Partition partition =
       plan.partition.cells() == S ? plan.partition : stage_partition(stage_deck, plan, S, options);
   in.link = options.network.p2p;
+  // pipeline.wait: sleep: the receiver notices a message up to one poll
+  // period after it arrives (PredictOptions::wait_hop_s).
+  if (deck.pipeline.wait_sleep) in.link.latency_s += options.wait_hop_s >= 0 ? options.wait_hop_s : kWaitSleepHopS;
   in.allreduce = options.network.allreduce;
   in.replicas = D;
   in.deterministic_reduction = deck.parallel.deterministic_reduction;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <utility>
@@ -89,6 +90,20 @@ TraceTimes read_trace_times(const std::string& path) {
     for (const Row& e : rows) {
       if (EventKind(e.kind) == EventKind::Forward) ++per_step[e.step].first;
       if (EventKind(e.kind) == EventKind::BackwardWeights) ++per_step[e.step].second;
+    }
+    // The times tuned from must be measured ones: a non-finite or negative
+    // duration (a corrupt or hand-made trace) would give a NaN or a
+    // nonsensical step and a schedule "tuned" from it.
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& e = rows[i];
+      const EventKind k = EventKind(e.kind);
+      if (k != EventKind::Forward && k != EventKind::Backward && k != EventKind::BackwardInput &&
+          k != EventKind::BackwardWeights)
+        continue;
+      if (!std::isfinite(e.start) || !std::isfinite(e.end) || e.end < e.start)
+        fail(fmt::format("{}[{}] ({} of step {}, micro-batch {}): start {} and end {} are not a finite interval "
+                         "(end >= start); --tune-trace tunes from measured times only",
+                         name, i, region_name(k), e.step, e.micro_batch, e.start, e.end));
     }
     std::vector<double> f_, i_, b_, w_;
     std::set<std::pair<std::int64_t, std::int32_t>> seen_forwards;  // (step, micro-batch) of every F

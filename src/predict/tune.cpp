@@ -102,6 +102,9 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
     const Schedule v = zb_v(K, M, Remat::Never);
     const StepInput vin = step_input(deck, ranks, options, v);
     const auto vlimit = limits(vin, v);
+    // ZB-V's own order (M >= 2K - 1; below, zb_v is the greedy with unit
+    // times): fixed, so it keeps a W between most arrivals and their use.
+    evaluate(M >= 2 * K - 1 ? "zb_v (ZB-V)" : "zb_v (greedy, unit times)", v, vin, vlimit);
     for (const bool messages : {true, false})
       for (const bool gaps : {false, true})
         evaluate(label(" V", gaps, messages), greedy(vin, v.rank_of_stage, vlimit, gaps, messages), vin, vlimit);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/core/kokkos_compat.hpp"
@@ -93,7 +94,8 @@ void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start)
   if (!log_ && !(root && progress_)) return;
   const std::int64_t done = pipeline_.steps_done();
   const double lr = pipeline_.last_learning_rate();  // that of the step just taken
-  const double loss = count > 0 ? sum / count : 0.0;
+  // No applied step yet (every one skipped): no loss, not 0 (docs/file-formats.md: null).
+  const double loss = count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
   const double rate = double(seen) / (MPI_Wtime() - start);
   if (root && progress_) {
     ProgressRecord r;
@@ -118,7 +120,8 @@ void Driver<T>::log_progress(std::int64_t step, std::int64_t seen, double start)
   *log_ << fmt::format("  {:02d}:{:02d}:{:02d}  epoch {}/{}  step {:>5}/{}  loss {}{}  lr {:.3g}  "
                        "{:.0f} samples/s  ETA {}:{:02d}:{:02d}\n",
                        tm.tm_hour, tm.tm_min, tm.tm_sec, p.epoch + 1, t.epochs, step, per_epoch_,
-                       figure(loss), metric, lr, rate, eta / 3600, eta / 60 % 60, eta % 60)
+                       count > 0 ? figure(loss) : std::string("none (every step skipped)"), metric, lr, rate,
+                       eta / 3600, eta / 60 % 60, eta % 60)
         << std::flush;
 }
 
@@ -164,7 +167,7 @@ template <class T>
 void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
   if (!log_) return;
   std::string notes;
-  if (!r.train_loss_whole_epoch)
+  if (!r.train_loss_whole_epoch && r.train_samples > 0)  // none at all: "none (every step skipped)"
     notes += fmt::format(" (train loss over {} of the epoch's {} samples)", r.train_samples,
                          epoch_samples);
   if (pipeline_.deck().model.loss.regression() && r.train_metric_samples != epoch_samples &&
@@ -179,7 +182,9 @@ void Driver<T>::log_epoch(const EpochReport& r, std::int64_t epoch_samples) {
   *log_ << fmt::format("epoch {}/{}: train loss {}, test loss {}, {}, {:.0f} "
                        "samples/s, {:.1f} s{}\n",
                        r.epoch, pipeline_.deck().training.epochs,
-                       figure(r.train_loss, r.train_loss_finite), figure(r.test.loss, r.test.finite()),
+                       r.train_samples > 0 ? figure(r.train_loss, r.train_loss_finite)
+                                           : std::string("none (every step skipped)"),
+                       figure(r.test.loss, r.test.finite()),
                        test_metrics(r.test, pipeline_.deck().model.loss),
                        r.samples_per_second, r.seconds, notes)
         << std::flush;
@@ -254,7 +259,9 @@ std::vector<EpochReport> Driver<T>::fit(const Dataset& train, const Dataset& tes
     r.seconds = MPI_Wtime() - start;
     r.samples_per_second = r.seconds > 0 ? double(seen) / r.seconds : 0.0;
     r.train_samples = p.loss_samples;
-    r.train_loss = r.train_samples > 0 ? p.epoch_loss_sum / double(r.train_samples) : 0.0;
+    // Every step skipped (fp16 overflows, skip_step): no train loss (null in the summary), never 0.
+    r.train_loss = r.train_samples > 0 ? p.epoch_loss_sum / double(r.train_samples)
+                                       : std::numeric_limits<double>::quiet_NaN();
     r.train_loss_finite = std::isfinite(r.train_loss);
     r.train_loss_whole_epoch = r.train_samples == p.epoch_samples;
     r.skipped_steps = p.skipped_steps;  // the whole epoch's, also across a restart

@@ -28,6 +28,7 @@ namespace gpipe {
 namespace {
 // The grid of `deck` on the ranks of `comm`, validated before any communication.
 GridShape checked_grid(const Deck& deck, MPI_Comm comm) {
+  check_same_deck(deck, comm);  // a rank with another deck would split, partition and train otherwise
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
   return grid_shape(deck, ranks);
@@ -64,6 +65,7 @@ Pipeline<T>::Pipeline(const Deck& deck, MPI_Comm comm)
     kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // before any timing
     set_wait_policy(deck.pipeline.wait_sleep ? WaitPolicy::Sleep : WaitPolicy::Spin);  // pipeline.wait
     (void)kernels::selected();  // InputError here for an invalid GPIPE_KERNELS
+    (void)kernels::selected_bf16_route();  // and for an invalid GPIPE_BF16_ROUTE
     precision_ = precision_policy(deck.precision, deck.path + ": precision");
     if (precision_.master_bytes() != int(sizeof(T)))  // with_scalar picks T from the policy
       throw InputError(fmt::format("{}: precision: {} keeps {} master weights; this is a {}-byte pipeline", deck.path,

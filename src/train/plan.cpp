@@ -128,6 +128,53 @@ void check_same_schedule(const Schedule& schedule, const Deck& deck, MPI_Comm co
                      comm));
 }
 
+namespace {
+// The line of `text` (1-based `line`) and the top-level section it is in.
+std::pair<std::string, std::string> line_of(const std::string& text, int line) {
+  std::istringstream in(text);
+  std::string l, section;
+  for (int i = 1; std::getline(in, l); ++i) {
+    if (!l.empty() && l[0] != ' ' && l[0] != '-') section = l.substr(0, l.find(':'));
+    if (i == line) return {l, section};
+  }
+  return {"(end of the deck)", section};
+}
+}  // namespace
+
+void check_same_deck(const Deck& deck, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Rank 0's parsed deck (after --set), then its path: two broadcasts of a
+  // few KiB, once per pipeline.
+  std::string text = deck.text, path = deck.path;
+  for (std::string* s : {&text, &path}) {
+    int n = int(s->size());
+    MPI_Bcast(&n, 1, MPI_INT, 0, comm);
+    s->resize(size_t(n));
+    MPI_Bcast(s->data(), n, MPI_CHAR, 0, comm);
+  }
+  std::string message;
+  if (rank != 0 && text != deck.text) {
+    int line = 1;
+    {
+      std::istringstream a(deck.text), b(text);
+      std::string la, lb;
+      while (true) {
+        const bool ga = bool(std::getline(a, la)), gb = bool(std::getline(b, lb));
+        if (!ga || !gb || la != lb) break;
+        ++line;
+      }
+    }
+    const auto [mine, section] = line_of(deck.text, line);
+    const auto theirs = line_of(text, line).first;
+    message = fmt::format(
+        "{}: rank {} read another deck than rank 0 ({}): first difference{}: rank {} has '{}', rank 0 has '{}' "
+        "(the deck as parsed, after --set); every rank must read the same deck with the same --set options",
+        deck.path, rank, path, section.empty() ? "" : " in section " + section, rank, mine, theirs);
+  }
+  throw_agreed(agree(message.empty() ? 0 : 1, message, comm));
+}
+
 RunPlan plan_run(const Deck& deck, int ranks) {
   RunPlan plan;
   kernels::select(kernels::parse_choice(deck.kernels, deck.path + ": kernels"));  // conv2d's saved bytes

@@ -12,7 +12,7 @@ program test_fortran
   real(c_float) :: targets(2, 8), outputs(2, 8)
   integer :: ierr, provided, passed, failed, i, j, status
   real(c_float) :: inputs(4, 8), logits(3, 8), reloaded(3, 8)
-  integer(c_int64_t) :: features, classes, max_batch, count
+  integer(c_int64_t) :: features, classes, max_batch, count, skipped
   real(c_double), allocatable :: saved(:), values(:)
   character(len=*), parameter :: checkpoint = "gpipe_fortran_test_ckpt.h5"
   integer(c_int32_t) :: labels(8)
@@ -48,6 +48,7 @@ program test_fortran
   end do
   call expect(status == GPIPE_OK, "train_step")
   call expect(loss < 0.5 * first_loss, "loss falls")
+  call expect(gpipe_skipped_steps_f(trainer, skipped) == GPIPE_OK .and. skipped == 0, "no step skipped")
   call expect(gpipe_predict_f(trainer, inputs, 8, logits) == GPIPE_OK, "predict")
   call expect(all(maxloc(logits, dim=1) - 1 == labels), "predictions match the labels")
   allocate(saved(count), values(count))

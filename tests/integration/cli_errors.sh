@@ -80,6 +80,10 @@ expect unknown_precision 2 \
 expect loss_scale_backoff_above_one 2 \
   "gpipe-train: error: $deck (--set): training.loss_scale_backoff: 2 does not back off (expected a number in (0, 1))" \
   "$deck" --set precision=fp16 --set training.loss_scale_backoff=2
+# fp16's loss-scaling keys with another precision (read by nothing before: accepted silently).
+expect loss_scale_without_fp16 2 \
+  "gpipe-train: error: $deck (--set): training.loss_scale: dynamic loss scaling is for precision fp16 only (precision is bf16); remove the key or set precision: fp16" \
+  "$deck" --set precision=bf16 --set training.loss_scale=1024
 expect negative_progress 2 \
   "gpipe-train: error: $deck (--set): training.progress_every: expected an integer >= 0, got -3" \
   "$deck" --set training.progress_every=-3
@@ -124,6 +128,21 @@ training: {epochs: 1, batch_size: 16, micro_batches: 4, shuffle: false}
 optimizer: {type: adamw, lr: 1.0e-3}
 checkpoint: {directory: $tmp/spike_ckpt, every_steps: 1}
 EOF2
+  # A deck that differs on rank 1 (an MPMD launch with another --set; a node-local copy): before, the
+  # two ranks trained with different learning rates without a word. Now every rank stops (exit 2) with
+  # one message naming rank 1 and the first difference.
+  small=(--set data.train_limit=128 --set data.test_limit=64 --set training.epochs=1)
+  rm -f "$tmp/summary.json"
+  mpiexec --oversubscribe -n 1 "$exe" "$deck" "${small[@]}" --summary "$tmp/summary.json" : \
+          -n 1 "$exe" "$deck" "${small[@]}" --set optimizer.lr=0.5 --summary "$tmp/summary.json" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  message="gpipe-train: error: $deck: rank 1 read another deck than rank 0 ($deck): first difference in section optimizer: rank 1 has '  lr: 0.5', rank 0 has '  lr: 1.0e-3' (the deck as parsed, after --set); every rank must read the same deck with the same --set options"
+  if [ "$rc" -eq 2 ] && [ "$(grep -c 'gpipe-train: error:' "$tmp/err")" = 1 ] && grep -qxF -- "$message" "$tmp/err" &&
+     [ ! -e "$tmp/summary.json" ]; then
+    echo "ok   deck_differs_on_rank_1"; passed=$((passed + 1))
+  else
+    echo "FAIL deck_differs_on_rank_1: exit $rc"; cat "$tmp/err"; failures=$((failures + 1))
+  fi
   rm -f "$tmp/summary.json"
   "${mpi[@]}" "$exe" "$tmp/spike.yaml" --summary "$tmp/summary.json" >"$tmp/out" 2>"$tmp/err"
   rc=$?
@@ -138,11 +157,31 @@ EOF2
 fi
 
 # --help and --version succeed and teach.
-if "$exe" --help | grep -q "micro-batches" && "$exe" --version | grep -q "^Kokkos "; then
+if "$exe" --help | grep -q "micro-batches" && "$exe" --help | grep -q "GPIPE_KERNELS=auto|portable|onednn" &&
+   "$exe" --help | grep -q "precision=float|double|bf16|fp16" && "$exe" --version | grep -q "^Kokkos "; then
   echo "ok   help_and_version"; passed=$((passed + 1))
 else
   echo "FAIL help_and_version"; failures=$((failures + 1))
 fi
+
+# An invalid GPIPE_KERNELS: the run refuses it (exit 2), and so do --check and --version (which still
+# prints the build, its "kernels selected" line showing the error); before, both exited 0.
+kernels_error="gpipe-train: error: environment variable GPIPE_KERNELS: unknown kernels 'fast' (expected auto, portable"
+for what in version check run; do
+  case $what in
+    version) args=(--version) ;;
+    check) args=("$deck" --check) ;;
+    run) args=("$deck" --set data.train_limit=128 --set data.test_limit=64 --set training.epochs=1) ;;
+  esac
+  GPIPE_KERNELS=fast "$exe" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -eq 2 ] && [ "$(grep -c 'gpipe-train: error:' "$tmp/err")" = 1 ] && grep -qF -- "$kernels_error" "$tmp/err" &&
+     { [ "$what" != version ] || grep -q '^gpipe-kokkos ' "$tmp/out"; }; then
+    echo "ok   bad_gpipe_kernels_$what"; passed=$((passed + 1))
+  else
+    echo "FAIL bad_gpipe_kernels_$what: exit $rc"; cat "$tmp/out" "$tmp/err"; failures=$((failures + 1))
+  fi
+done
 
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

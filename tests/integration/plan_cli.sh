@@ -83,5 +83,36 @@ rc=$?
 if [ "$rc" -eq 2 ] && grep -q "^gpipe-plan: error: .*parallel.cells" "$tmp/err"
 then ok bad_grid; else fail "bad_grid (status $rc)"; cat "$tmp/err"; fi
 
+# An invalid GPIPE_KERNELS decides nothing silently: a plan and --version fail as a run does (exit 2).
+for args in "$inputs/deep_mlp.yaml --ranks 2" "--version"; do
+  GPIPE_KERNELS=fast "$plan" $args >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -eq 2 ] &&
+     grep -q "^gpipe-plan: error: environment variable GPIPE_KERNELS: unknown kernels 'fast' (expected auto, portable" "$tmp/err"
+  then ok "bad_gpipe_kernels ($args)"; else fail "bad_gpipe_kernels ($args, status $rc)"; cat "$tmp/err"; fi
+done
+
+# --tune-trace with a trace of another M: its op times are for other micro-batch sizes (before: tuned
+# silently from them). The trace is written by the unit tests' writer format: a tiny one by h5py.
+if "$python" -c "import h5py" 2>/dev/null; then
+  "$python" - "$tmp/m8.h5" <<'PY'
+import sys, h5py, numpy as np
+dt = np.dtype([("step", "<i8"), ("kind", "i1"), ("micro_batch", "<i4"), ("start", "<f8"), ("end", "<f8"), ("bytes", "<i8")])
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["cells"] = 2; f.attrs["micro_batches"] = 8; f.attrs["replicas"] = 1; f.attrs["schedule"] = "1f1b"
+    for r in range(2):
+        ev = [(1, 0, m, 2.0 * m, 2.0 * m + 1, 0) for m in range(8)] + [(1, 1, m, 20.0 + m, 20.5 + m, 0) for m in range(8)]
+        f[f"rank_{r:04d}/events"] = np.array(ev, dtype=dt)
+PY
+  "$plan" "$inputs/deep_mlp.yaml" --ranks 2 --set training.micro_batches=4 --tune "$tmp/t.yaml" --tune-trace "$tmp/m8.h5" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [ "$rc" -eq 2 ] && grep -qxF "gpipe-plan: error: $tmp/m8.h5: --tune-trace: the trace ran M = 8 micro-batches, the deck runs training.micro_batches = 4 (its ops' times are for other micro-batch sizes); trace a run of the deck's M" "$tmp/err" &&
+     [ ! -e "$tmp/t.yaml" ] &&
+     "$plan" "$inputs/deep_mlp.yaml" --ranks 2 --tune "$tmp/t.yaml" --tune-trace "$tmp/m8.h5" >"$tmp/out" 2>"$tmp/err" &&
+     [ -s "$tmp/t.yaml" ]
+  then ok tune_trace_other_micro_batches; else fail "tune_trace_other_micro_batches (status $rc)"; cat "$tmp/err"; fi
+fi
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

@@ -317,6 +317,37 @@ TEST(CApi, AnArgumentRejectedOnOneRankFailsEveryRankWithTheSameStatus) {
   expect_usable_then_destroy(t, b);
 }
 
+// Decks that differ across ranks: before, the last rank (with a checkpoint
+// directory the others lack) entered the directory check's collectives while
+// the others built the pipeline: a hang; another learning rate trained on
+// mixed hyper-parameters. Now every rank fails with the first difference.
+TEST(CApi, DecksThatDifferAcrossRanksFailEveryRank) {
+  const int R = test::world_size(), rank = test::world_rank();
+  if (R == 1) GTEST_SKIP() << "one rank passes one deck";
+  const bool last = rank == R - 1;
+  const std::string who = std::to_string(R - 1);
+  gpipe_trainer* t = nullptr;
+  const std::string dir = kDeck + "checkpoint: {directory: " + ::testing::TempDir() + "}\n";
+  EXPECT_EQ(gpipe_create_from_string(last ? dir.c_str() : kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            "<deck string>: rank " + who + " read another deck than rank 0 (<deck string>): first difference in "
+            "section checkpoint: rank " + who + " has 'checkpoint: {directory: " + ::testing::TempDir() +
+                "}', rank 0 has '(end of the deck)' (the deck as "
+            "parsed, after --set); every rank must read the same deck with the same --set options");
+  std::string lr = kDeck;
+  lr.replace(lr.find("lr: 0.01"), 8, "lr: 0.02");
+  EXPECT_EQ(gpipe_create_from_string(last ? lr.c_str() : kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_ERROR_INPUT);
+  EXPECT_EQ(t, nullptr);
+  EXPECT_EQ(std::string(gpipe_last_error()),
+            "<deck string>: rank " + who + " read another deck than rank 0 (<deck string>): first difference in "
+            "section optimizer: rank " + who + " has 'optimizer: {type: adamw, lr: 0.02, weight_decay: 0.01}', rank 0 "
+            "has 'optimizer: {type: adamw, lr: 0.01, weight_decay: 0.01}' (the deck as parsed, after --set); every "
+            "rank must read the same deck with the same --set options");
+  ASSERT_EQ(gpipe_create_from_string(kDeck.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 // A deck without a data section (the caller passes the data): accepted by
 // both constructors, and it trains bitwise as the same deck with one.
 TEST(CApi, DeckWithoutDataSection) {

@@ -93,6 +93,29 @@ TEST(CApiPrecision, Bf16StepsPredictsAndRestartsInFloatAndFp16) {
   if (test::world_rank() == 0) std::remove(ckpt.c_str());
 }
 
+// An fp16 step whose gradients overflow returns GPIPE_OK and a finite loss,
+// and before there was no way for a C caller to know that its update was
+// skipped: gpipe_skipped_steps counts them (the same on every rank).
+TEST(CApiPrecision, Fp16OverflowedStepsAreCounted) {
+  const std::string text = deck("fp16", "{}") + "\n";  // 2^64: the scaled loss gradient overflows fp16
+  std::string with_scale = text;
+  with_scale.replace(with_scale.find("training: {"), 11, "training: {loss_scale: 18446744073709551616, ");
+  gpipe_trainer* t = nullptr;
+  ASSERT_EQ(gpipe_create_from_string(with_scale.c_str(), MPI_COMM_WORLD, &t), GPIPE_OK) << gpipe_last_error();
+  const Dataset d = test::synthetic(kBatch, kFeatures, 3, 5);
+  int64_t skipped = -1;
+  EXPECT_EQ(gpipe_skipped_steps(t, &skipped), GPIPE_OK);
+  EXPECT_EQ(skipped, 0);
+  double loss = 0;
+  EXPECT_EQ(gpipe_train_step(t, d.inputs.data(), d.labels.data(), kBatch, &loss), GPIPE_OK) << gpipe_last_error();
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(gpipe_skipped_steps(t, &skipped), GPIPE_OK);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(gpipe_skipped_steps(t, nullptr), GPIPE_ERROR_NULL_ARGUMENT);
+  EXPECT_STREQ(gpipe_last_error(), "gpipe_skipped_steps: trainer and skipped must not be NULL");
+  EXPECT_EQ(gpipe_destroy(t), GPIPE_OK);
+}
+
 TEST(CApiPrecision, Bf16SchedulesGiveOneFOneBsWeights) {
   const int K = test::world_size();
   const Trained ref = run(deck("bf16", "{schedule: 1f1b}"));

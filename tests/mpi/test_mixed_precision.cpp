@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
@@ -19,6 +20,7 @@
 #include "gpipe/pipeline/schedule_file.hpp"
 #include "gpipe/pipeline/stage.hpp"
 #include "gpipe/pipeline/wire_format.hpp"
+#include "gpipe/train/driver.hpp"
 #include "gpipe/train/pipeline.hpp"
 #include "gpipe/train/plan.hpp"
 
@@ -231,6 +233,29 @@ TEST(MixedPrecision, Fp16OverflowOnOneCellSkipsTheStepEverywhere) {
   MPI_Allreduce(&s, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&s, &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lo, hi);
+}
+
+// A model whose fp16 gradients overflow at every step of an epoch (the
+// scaled loss gradient 2^64 / N is infinite in fp16): before, the epoch
+// reported a train loss of 0.0000 (0 / 0 samples taken as 0) and the summary
+// "finite": true; now no train loss (NaN: null in the summary), the epoch
+// line says so, and the 3 skipped steps are counted.
+TEST(MixedPrecision, Fp16EpochWithEveryStepSkippedReportsNoTrainLoss) {
+  Pipeline<float> t(deck("fp16", {"training.loss_scale=18446744073709551616"}), MPI_COMM_WORLD);
+  std::ostringstream log;
+  const auto reports = fit(t, data(), data(), &log);
+  ASSERT_EQ(reports.size(), 1u);
+  const EpochReport& r = reports[0];
+  EXPECT_EQ(r.skipped_steps, 3);
+  EXPECT_EQ(t.loss_scaler().overflows(), 3);
+  EXPECT_EQ(t.loss_scaler().scale(), 0x1p61);
+  EXPECT_EQ(r.train_samples, 0);
+  EXPECT_TRUE(std::isnan(r.train_loss));
+  EXPECT_FALSE(r.train_loss_finite);
+  EXPECT_TRUE(r.test.finite());  // the untrained weights' test figures are real ones
+  if (world_rank() == 0)
+    EXPECT_NE(log.str().find("epoch 1/1: train loss none (every step skipped), test loss "), std::string::npos)
+        << log.str();
 }
 
 // Loss scaling is exact: with power-of-two scales the unscaled gradients of

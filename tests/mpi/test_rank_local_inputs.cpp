@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "../common/mpi_util.hpp"
 #include "../common/test_util.hpp"
@@ -98,6 +99,35 @@ TEST(RankLocalInputs, ScheduleFileDifferingOnOneRankStopsEveryRank) {
     std::remove(a.c_str());
     std::remove(b.c_str());
   }
+}
+
+// A deck that differs on one rank (a node-local copy, or per-rank --set in
+// an MPMD launch): before, the ranks trained on different hyper-parameters
+// without a word, or (parallel.cells) split different grids and hung. Now
+// Pipeline's constructor compares every rank's parsed deck with rank 0's
+// and stops every rank with the first difference.
+TEST(RankLocalInputs, DeckDifferingOnOneRankStopsEveryRank) {
+  const int K = world_size(), rank = world_rank();
+  if (K == 1) GTEST_SKIP() << "one rank reads one deck";
+  const std::string text = test::deck_text(test::kNineLayers, test::kNineLayersInput, 8, kM, "double");
+  const std::string last = std::to_string(K - 1);
+  const auto built = [&](const std::vector<std::string>& sets) {
+    return build_error(parse_deck(text, rank == K - 1 ? "copy.yaml" : "test-deck", rank == K - 1 ? sets
+                                                                                                   : std::vector<std::string>{}));
+  };
+  EXPECT_EQ(built({"optimizer.lr=0.5"}),
+            "copy.yaml: rank " + last +
+                " read another deck than rank 0 (test-deck): first difference in section optimizer: rank " + last +
+                " has 'optimizer: {type: adam, lr: 0.5}', rank 0 has 'optimizer: {type: adam, lr: 0.01}' (the deck "
+                "as parsed, after --set); every rank must read the same deck with the same --set options");
+  // The hang: another grid on one rank.
+  EXPECT_EQ(built({"parallel.cells=1"}),
+            "copy.yaml: rank " + last +
+                " read another deck than rank 0 (test-deck): first difference in section parallel: rank " + last +
+                " has 'parallel:', rank 0 has '(end of the deck)' (the deck as parsed, after --set); every rank must "
+                "read the same deck with the same --set options");
+  // The same text under another file name is the same deck.
+  EXPECT_EQ(built({}), "(no error)");
 }
 
 }  // namespace

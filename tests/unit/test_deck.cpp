@@ -274,6 +274,28 @@ TEST(DeckDomains, RangesFinitenessAndEmptyValues) {
   EXPECT_EQ(parse_deck(kDeck, "deck.yaml").training.nonfinite, NonFinite::Abort);
 }
 
+// fp16's loss-scaling keys with another precision were accepted and read by
+// nothing (a deck meant for fp16 silently trained bf16 or float); and the
+// initial scale's range is the one the scaler keeps (gpipe/optim/loss_scale.hpp).
+TEST(DeckDomains, LossScalingKeysNeedFp16) {
+  EXPECT_EQ(error_of(kDeck, {"training.loss_scale=1024"}),
+            "deck.yaml (--set): training.loss_scale: dynamic loss scaling is for precision fp16 only (precision is "
+            "float); remove the key or set precision: fp16");
+  EXPECT_EQ(error_of(replace(kDeck, "micro_batches: 4", "micro_batches: 4\n  loss_scale_backoff: 0.25"),
+                     {"precision=bf16"}),
+            "deck.yaml:19:3: training.loss_scale_backoff: dynamic loss scaling is for precision fp16 only (precision "
+            "is bf16); remove the key or set precision: fp16");
+  EXPECT_EQ(error_of(kDeck, {"precision=double", "training.loss_scale_growth_interval=10"}),
+            "deck.yaml (--set): training.loss_scale_growth_interval: dynamic loss scaling is for precision fp16 "
+            "only (precision is double); remove the key or set precision: fp16");
+  EXPECT_EQ(parse_deck(kDeck, "deck.yaml", {"precision=fp16", "training.loss_scale=1024"}).training.loss_scale,
+            1024.0);
+  EXPECT_EQ(error_of(kDeck, {"precision=fp16", "training.loss_scale=1e-30"}),
+            "deck.yaml (--set): training.loss_scale: expected a number in [2^-24, 2^64], got 1e-30");
+  EXPECT_EQ(error_of(kDeck, {"precision=fp16", "training.loss_scale=1e20"}),
+            "deck.yaml (--set): training.loss_scale: expected a number in [2^-24, 2^64], got 1e20");
+}
+
 // Every settable key has a documented domain, and docs/input-deck.md shows it.
 TEST(DeckDomains, EveryKeyDocumented) {
   std::ifstream in(GPIPE_SOURCE_DIR "/docs/input-deck.md");

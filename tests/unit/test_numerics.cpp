@@ -3,11 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "../common/test_util.hpp"
 #include "gpipe/core/error.hpp"
+#include "gpipe/core/finite.hpp"
 #include "gpipe/io/dataset.hpp"
 #include "gpipe/layers/factory.hpp"
 #include "gpipe/layers/layer_norm.hpp"
@@ -240,6 +243,48 @@ TEST(NumericsFloat, StandardizePerFeatureUsesEachFeaturesStatistics) {
     EXPECT_STREQ(e.what(), "two.h5: 2 features per sample, but the per-feature normalization has 3");
   }
 }
+
+// first_nonfinite (gpipe/core/finite.hpp; scanned in blocks of 512): the
+// first NaN / +-inf index, wherever it lies (first value, inside a block,
+// a block's last value, the partial last block, several in one block and
+// in several blocks), -1 for all finite (the largest finite values, -0 and
+// subnormals included) and for an empty vector; float and double.
+template <class T>
+void check_first_nonfinite() {
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  const std::int64_t n = 3 * 512 + 77;
+  std::vector<T> base(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) base[size_t(i)] = T(i % 7) - T(3);
+  base[10] = std::numeric_limits<T>::max();
+  base[11] = -std::numeric_limits<T>::max();
+  base[12] = std::numeric_limits<T>::denorm_min();
+  base[13] = -T(0);
+  const auto run = [](const std::vector<T>& h) {
+    Vector<T> v("v", h.size());
+    auto m = Kokkos::create_mirror_view(v);
+    for (size_t i = 0; i < h.size(); ++i) m(i) = h[i];
+    Kokkos::deep_copy(v, m);
+    return first_nonfinite(v);
+  };
+  EXPECT_EQ(run(base), -1);
+  EXPECT_EQ(run({}), -1);
+  const std::vector<std::vector<std::pair<std::int64_t, T>>> cases = {
+      {{0, nan}},      {{300, inf}},           {{511, -inf}},         {{512, nan}},
+      {{n - 1, inf}},  {{3 * 512, nan}},       {{700, nan}, {600, inf}, {650, -inf}},
+      {{1500, nan}, {900, inf}, {100, -inf}},  {{1024 + 5, inf}, {n - 2, nan}}};
+  for (const auto& c : cases) {
+    std::vector<T> h = base;
+    std::int64_t want = n;
+    for (const auto& [i, x] : c) {
+      h[size_t(i)] = x;
+      want = std::min(want, i);
+    }
+    EXPECT_EQ(run(h), want) << c.front().first;
+  }
+}
+
+TEST(NumericsFloat, FirstNonfiniteFindsTheFirstNanOrInf) { check_first_nonfinite<float>(); }
+TEST(NumericsDouble, FirstNonfiniteFindsTheFirstNanOrInf) { check_first_nonfinite<double>(); }
 
 }  // namespace
 }  // namespace gpipe

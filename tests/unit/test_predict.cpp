@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cstdio>
 #include <stdexcept>
 
@@ -347,6 +349,40 @@ TEST(Costs, CalibrationFileRoundTripAndInterpolation) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot open (missing or not HDF5)"), std::string::npos);
   }
+}
+
+// A cost file whose times are not measured ones (NaN, infinite, negative)
+// or whose rows name no layer: before, gpipe-plan predicted "step time nan s"
+// (and --tune wrote a schedule from it) with exit status 0.
+TEST(Costs, NonFiniteOrNegativeTimesInACostFileAreErrors) {
+  const Deck deck = parse_deck(kDeck, "deck.yaml");
+  const std::string path = ::testing::TempDir() + "gpipe_brk_costs_bad.h5";
+  const auto error = [&](const CostsTable::Row& row) {
+    CostsTable t;
+    t.deck = "deck.yaml";
+    t.precision = "float";
+    t.build = "test";
+    for (const auto& layer : deck.model.layers) t.layer_types.push_back(layer.type);
+    t.rows = {{2, 4, 1.0, 2.0, 3.0}, row};
+    write_costs_file(path, t);
+    std::string message = "(no error)";
+    try {
+      read_costs_file(path);
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    std::remove(path.c_str());
+    return message;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(error({2, 8, nan, 4.0, 5.0}), path + ": row 1 (layer 2, 8 rows): forward_s = nan is not a measured time "
+                                                "(expected a finite number of seconds >= 0)");
+  EXPECT_EQ(error({2, 8, 3.0, 4.0, -5.0}), path + ": row 1 (layer 2, 8 rows): backward_weights_s = -5 is not a "
+                                                  "measured time (expected a finite number of seconds >= 0)");
+  EXPECT_EQ(error({7, 8, 3.0, 4.0, 5.0}),
+            path + ": row 1 (layer 7, 8 rows): layer 7 outside 0..6 (layer_types lists 7 layers)");
+  EXPECT_EQ(error({2, 0, 3.0, 4.0, 5.0}), path + ": row 1 (layer 2, 0 rows): rows 0, expected at least 1");
+  EXPECT_EQ(error({2, 8, 3.0, 4.0, 5.0}), "(no error)");
 }
 
 TEST(Predict, UnknownLinkPreset) {

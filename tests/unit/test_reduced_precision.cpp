@@ -44,15 +44,39 @@ using kernels::Choice;
 using kernels::ComputeScope;
 using kernels::Op;
 
+// A kernels choice and a bf16 route, forced for a scope.
+struct Forced {
+  Choice choice;
+  kernels::Bf16Route route;
+};
+const char* name(const Forced& f) {
+  if (f.choice == Choice::portable) return "portable";
+  return f.route == kernels::Bf16Route::native ? "onednn, bf16 route native" : "onednn, bf16 route rounded";
+}
+
 struct Selected {
-  explicit Selected(Choice c) { kernels::select(c); }
-  ~Selected() { kernels::select(Choice::automatic); }
+  explicit Selected(Forced f) {
+    kernels::select(f.choice);
+    kernels::select_bf16_route(f.route);
+  }
+  ~Selected() {
+    kernels::select(Choice::automatic);
+    kernels::select_bf16_route(kernels::Bf16Route::automatic);
+  }
 };
 
-std::vector<Choice> forced_choices() {
-  std::vector<Choice> out;
+// Every implementation, and with oneDNN both bf16 routes (its bf16
+// primitives, and its f32 ones on rounded operands), whatever
+// bf16_native_rule picks on this CPU.
+std::vector<Forced> forced_choices() {
+  std::vector<Forced> out;
   for (auto i : kernels::available())
-    out.push_back(test::forcing(i));
+    if (i == kernels::Implementation::portable) {
+      out.push_back({Choice::portable, kernels::Bf16Route::automatic});
+    } else if (i == kernels::Implementation::onednn) {
+      out.push_back({Choice::onednn, kernels::Bf16Route::native});
+      out.push_back({Choice::onednn, kernels::Bf16Route::rounded});
+    }
   return out;
 }
 
@@ -92,6 +116,87 @@ TEST(Precision, PolicyTable) {
   EXPECT_EQ(with_scalar("double", [](auto t) { return int(sizeof(t)); }), 8);
 }
 
+// The bf16 route rule of `kernels: auto` (backend.hpp, bf16_native_rule),
+// pinned on given CPUs, as its table of measurements says: AMX native on
+// any vendor; AVX-512 BF16 without AMX native on AMD (Zen 5 measured),
+// rounded on Intel (Xeon measured) and on other vendors; no AVX-512 BF16
+// rounded; eltwise (no bf16 primitive) never native.
+TEST(ReducedPrecision, Bf16RouteRule) {
+  using kernels::CpuTraits;
+  using kernels::CpuVendor;
+  using kernels::Primitive;
+  const Primitive heavy[] = {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::attention,
+                             Primitive::conv2d};
+  struct Case {
+    CpuTraits cpu;
+    bool native;
+  };
+  const Case cases[] = {
+      {{CpuVendor::intel, true, true}, true},     // Sapphire Rapids and newer (AMX)
+      {{CpuVendor::intel, true, false}, false},   // Xeon with AVX-512 BF16, no AMX (measured: 0.47-0.99x)
+      {{CpuVendor::intel, false, false}, false},  // no bf16 kernels at all
+      {{CpuVendor::amd, true, false}, true},      // AMD EPYC Zen 5 (measured: 1.3-3.7x matmul)
+      {{CpuVendor::amd, false, false}, false},    // AMD without AVX-512 BF16 (Zen 3 and older)
+      {{CpuVendor::other, true, false}, false},   // another vendor's AVX-512 BF16: not measured
+      {{CpuVendor::other, true, true}, true},     // AMX is native wherever it is
+  };
+  for (const Case& c : cases)
+    for (const Primitive p : heavy)
+      EXPECT_EQ(kernels::bf16_native_rule(c.cpu, p), c.native)
+          << kernels::name(c.cpu.vendor) << " avx512_bf16 " << c.cpu.avx512_bf16 << " amx " << c.cpu.amx << " "
+          << kernels::name(p);
+  EXPECT_FALSE(kernels::bf16_native_rule({CpuVendor::amd, true, true}, Primitive::eltwise));
+  EXPECT_FALSE(kernels::bf16_native_rule({CpuVendor::amd, true, false}, Primitive::eltwise));
+}
+
+// What `auto` runs at bf16 is the rule's decision on this CPU; the route
+// override forces either route (and `kernels: portable` stays portable);
+// --version / the run record say which (selection_summary); a bad word is
+// an InputError naming the field.
+TEST(ReducedPrecision, Bf16RouteOverrideAndReport) {
+  using kernels::Bf16Route;
+  using kernels::Implementation;
+  using kernels::Primitive;
+  const bool onednn = kernels::has(Implementation::onednn, Primitive::gemm, 2);
+  const bool native = kernels::bf16_native_rule(kernels::this_cpu(), Primitive::gemm);
+  EXPECT_EQ(kernels::selected_bf16_route(), Bf16Route::automatic);
+  EXPECT_EQ(kernels::implementation(Primitive::gemm, 2),
+            onednn && native ? Implementation::onednn : Implementation::portable);
+  const std::string summary = kernels::selection_summary();
+  EXPECT_NE(summary.find(std::string("bf16 route auto (cpu ") + kernels::name(kernels::this_cpu().vendor)),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find(native ? "rule native)" : "rule rounded)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find(std::string("gemm bf16 ") + (onednn && native ? "onednn" : "portable")), std::string::npos)
+      << summary;
+  {
+    Selected sel({Choice::automatic, Bf16Route::native});
+    for (const Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::conv2d})
+      EXPECT_EQ(kernels::implementation(p, 2), onednn ? Implementation::onednn : Implementation::portable);
+    EXPECT_NE(kernels::selection_summary().find("bf16 route native"), std::string::npos);
+  }
+  {
+    Selected sel({Choice::onednn, Bf16Route::rounded});
+    for (const Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::conv2d})
+      EXPECT_EQ(kernels::implementation(p, 2), Implementation::portable);
+    if (onednn) EXPECT_EQ(kernels::implementation(Primitive::gemm, 4), Implementation::onednn);  // f32 still oneDNN
+  }
+  {
+    Selected sel({Choice::portable, Bf16Route::native});
+    EXPECT_EQ(kernels::implementation(Primitive::gemm, 2), Implementation::portable);
+  }
+  EXPECT_EQ(kernels::parse_bf16_route("rounded", "f"), Bf16Route::rounded);
+  EXPECT_EQ(kernels::parse_bf16_route("native", "f"), Bf16Route::native);
+  EXPECT_EQ(kernels::parse_bf16_route("auto", "f"), Bf16Route::automatic);
+  try {
+    kernels::parse_bf16_route("amx", "environment variable GPIPE_BF16_ROUTE");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "environment variable GPIPE_BF16_ROUTE: unknown bf16 route 'amx' (expected auto, native or rounded)");
+  }
+}
+
 // C = alpha op(A) op(B) + beta C in every compute format and implementation.
 TEST(ReducedPrecision, GemmAgainstRoundedOperands) {
   struct Case {
@@ -124,7 +229,7 @@ TEST(ReducedPrecision, GemmAgainstRoundedOperands) {
           bound[o] = std::abs(c.alpha) * abs + std::abs(c.beta * double(c0[o]));
         }
       const double u = unit_roundoff(f);
-      for (const Choice choice : forced_choices()) {
+      for (const Forced choice : forced_choices()) {
         Selected sel(choice);
         const ComputeScope scope(f);
         Matrix<float> out = test::to_device(c0, c.m, c.n);
@@ -135,14 +240,14 @@ TEST(ReducedPrecision, GemmAgainstRoundedOperands) {
         for (size_t o = 0; o < got.size(); ++o) {
           // The rounded operands' exact product, up to fp32 summation (plus C's rounding).
           EXPECT_NEAR(got[o], exact_rounded[o], (gamma32(c.k + 2) + 0x1p-24) * 1.01 * bound[o] * (1 + 2 * u) + 1e-30)
-              << name(f) << " " << kernels::name(choice) << " m" << c.m << " n" << c.n << " k" << c.k << " at " << o;
+              << name(f) << " " << name(choice) << " m" << c.m << " n" << c.n << " k" << c.k << " at " << o;
           // And the unrounded product within the format's epsilon.
           EXPECT_NEAR(got[o], exact[o], (2 * u + u * u + gamma32(c.k + 2)) * 1.01 * bound[o] + 1e-30);
           from_rounded = std::max(from_rounded, std::abs(got[o] - exact_rounded[o]));
           from_float = std::max(from_float, std::abs(got[o] - exact[o]));
         }
         // The result is the rounded operands' product, not the float one.
-        if (c.k >= 9) EXPECT_GT(from_float, 4 * from_rounded) << name(f) << " " << kernels::name(choice) << " m" << c.m << " k" << c.k << ": the operands were not rounded";
+        if (c.k >= 9) EXPECT_GT(from_float, 4 * from_rounded) << name(f) << " " << name(choice) << " m" << c.m << " k" << c.k << ": the operands were not rounded";
       }
     }
 }
@@ -151,7 +256,7 @@ TEST(ReducedPrecision, GemmBiasAndBatchedAgreeWithGemmOfRoundedOperands) {
   const std::int64_t m = 19, k = 70, n = 23;
   const auto x = host_random(m * k, 21), w = host_random(k * n, 22), bias = host_random(n, 23);
   for (const Format f : {Format::bf16, Format::fp16})
-    for (const Choice choice : forced_choices()) {
+    for (const Forced choice : forced_choices()) {
       Selected sel(choice);
       // Float reference on operands rounded on the host.
       std::vector<float> xr(x), wr(w);
@@ -215,7 +320,7 @@ TEST(ReducedPrecision, AttentionForwardWithinBf16Epsilon) {
   const std::int64_t N = s.samples * s.tokens, d = s.heads * s.head_width, T = s.tokens, dh = s.head_width;
   const auto qkv = host_random(N * 3 * d, 41);
   const double u = unit_roundoff(Format::bf16), scale = 1.0 / std::sqrt(double(dh));
-  for (const Choice choice : forced_choices()) {
+  for (const Forced choice : forced_choices()) {
     Selected sel(choice);
     const ComputeScope scope(Format::bf16);
     Matrix<float> probs("p", s.samples * s.heads * T, T), out("o", N, d);
@@ -249,7 +354,7 @@ TEST(ReducedPrecision, AttentionForwardWithinBf16Epsilon) {
             }
             const double tol = (std::expm1(2 * dS) + 3 * u + gamma32(T + 8)) * 1.05 * abs + 1e-7;
             const double got = o[size_t((i * T + t) * d + h * dh + c)];
-            EXPECT_NEAR(got, ref, tol) << kernels::name(choice);
+            EXPECT_NEAR(got, ref, tol) << name(choice);
             if (std::abs(got - ref) > 1e-6 * abs) differs = true;
           }
         }
@@ -379,7 +484,7 @@ TEST(ReducedPrecision, FloatFormatLeavesGemmBitwiseUnchanged) {
 // rounding), and only a refresh picks up new weights. Both routes: the
 // bf16 copy of oneDNN's bf16 primitives (kernels: onednn) and the rounded
 // fp32 copy of the rounded route (kernels: portable; also what `auto`
-// picks for bf16 on a CPU without AMX), for the gemm and for conv2d.
+// picks for bf16 on an Intel CPU without AMX), for the gemm and for conv2d.
 TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
   std::vector<std::pair<kernels::Choice, Format>> cases{{kernels::Choice::portable, Format::bf16},
                                                         {kernels::Choice::portable, Format::fp16},
@@ -423,7 +528,10 @@ TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
       const auto stale = product();
       // oneDNN's bf16 convolution converts its weights in its own reorders
       // (conv_onednn.cpp), so only the GEMM reads the bf16 copy there.
-      const size_t copied = choice == kernels::Choice::onednn ? size_t(m * n) : plain.size();
+      const size_t copied = format == Format::bf16 && kernels::implementation(kernels::Primitive::conv2d, 2) ==
+                                                          kernels::Implementation::onednn
+                                ? size_t(m * n)
+                                : plain.size();
       for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(stale[i], i < copied ? plain[i] : -plain[i]) << i;
       copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
       const auto negated = product();
@@ -492,7 +600,7 @@ TEST(ReducedPrecision, LayerFamiliesForwardAndGradientsAgainstFloat) {
                         {"{type: conv1d, filters: 3, kernel: 5}", {2, 16}, n * 12}};
   for (const Case& c : cases)
     for (const Format f : {Format::bf16, Format::fp16})
-      for (const Choice choice : forced_choices()) {
+      for (const Forced choice : forced_choices()) {
         Selected sel(choice);
         FloatLayer L(c.yaml, c.in, n);
         const auto p = host_random(L.layer->parameter_count(), 81);
@@ -704,6 +812,26 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_EQ(s.scale(), 512.0);
   for (int i = 0; i < 3; ++i) s.update(false);
   EXPECT_EQ(s.scale(), 1024.0);
+}
+
+// A model that overflows at every step: before, S halved without end, to a
+// subnormal and 0, whose reciprocal (the unscale of the next finite step) is
+// infinite in fp32 (NaN weights); a scale grown to infinity never backed
+// off (inf x 0.5 = inf). S now stays in [2^-24, 2^64].
+TEST(LossScaler, StaysInItsRangeWhateverTheOverflows) {
+  LossScaler down(1.0, 1000, 2.0, 0.5);
+  for (int i = 0; i < 2000; ++i) EXPECT_FALSE(down.update(true));
+  EXPECT_EQ(down.scale(), 0x1p-24);
+  EXPECT_EQ(down.overflows(), 2000);
+  EXPECT_TRUE(std::isfinite(float(1.0 / down.scale())));
+  LossScaler up(65536.0, 1, 2.0, 0.5);
+  for (int i = 0; i < 2000; ++i) EXPECT_TRUE(up.update(false));
+  EXPECT_EQ(up.scale(), 0x1p64);
+  EXPECT_FALSE(up.update(true));  // and it still backs off
+  EXPECT_EQ(up.scale(), 0x1p63);
+  up.restore(0.0, 0, 0);  // a restored scale is clamped too
+  EXPECT_EQ(up.scale(), 0x1p-24);
+  EXPECT_EQ(LossScaler(1e300, 1, 2.0, 0.5).scale(), 0x1p64);
 }
 
 }  // namespace

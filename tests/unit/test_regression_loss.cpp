@@ -138,6 +138,11 @@ TEST(RegressionMetrics, HandValues) {
   EXPECT_DOUBLE_EQ(p.r2[0], 1.0);
   EXPECT_DOUBLE_EQ(p.r2[1], 0.0);
   EXPECT_TRUE(regression_metrics({}, 2).rmse.empty());
+  // Nothing measured (every step of an epoch skipped): no figure, never 0.
+  EXPECT_TRUE(std::isnan(regression_metrics({}, 2).rmse_all));
+  const auto none = regression_metrics({1, 1, 1, 1}, 0);
+  EXPECT_TRUE(std::isnan(none.rmse_all) && std::isnan(none.mae_all) && std::isnan(none.r2_all));
+  EXPECT_TRUE(none.rmse.empty());
 }
 
 TEST(RegressionDeck, LossKeysAndErrors) {

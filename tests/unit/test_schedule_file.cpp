@@ -57,8 +57,8 @@ TEST(ScheduleFile, ExactText) {
             "  - [0, 0, F, 0]\n"
             "  - [0, 1, F, 0]\n"
             "  - [0, 1, I, 0]\n"
-            "  - [0, 0, I, 0]\n"
             "  - [0, 1, W, 0]\n"
+            "  - [0, 0, I, 0]\n"
             "  - [0, 0, W, 0]\n");
 }
 
@@ -217,9 +217,10 @@ TEST(ScheduleFile, DeckScheduleLoadsAndChecksTheFile) {
 // rank (1F1B's K micro-batches of a rank's layers).
 TEST(ScheduleMemory, StagePlansOfTheV) {
   const Schedule s = zb_v(2, 4, Remat::Never);
-  // Rank 0 (stages 0, 3) allocates 3 + 1, rank 1 (stages 1, 2) 3 + 2 stage
+  // ZB-V's order (ScheduleV.ZbVOpLists): rank 0 (stages 0, 3) allocates 4 +
+  // 1 (F3@0 runs before W0@0), rank 1 (stages 1, 2) 3 + 2 stage
   // micro-batches: separate pools per stage, above the joint peak of 4.
-  EXPECT_EQ(stage_slots(s), (std::vector<int>{3, 3, 2, 1}));
+  EXPECT_EQ(stage_slots(s), (std::vector<int>{4, 3, 2, 1}));
   EXPECT_EQ(peak_held(s, 0), 4);
   EXPECT_EQ(peak_held(s, 1), 4);
   const CellBufferPlan p = plan_buffers(s, 3);  // rank 0's second stage
@@ -314,6 +315,26 @@ TEST(PredictV, SyntheticDeckIsExact) {
   }
   const Deck zb = synthetic_deck("zero_bubble");
   EXPECT_NEAR(predict(zb, 2, exact_options(zb)).step_time_s, 25 * 320e-6, 1e-15);
+}
+
+// pipeline.wait: sleep prices a waiting rank's poll: every point-to-point
+// message arrives wait_hop_s later (kWaitSleepHopS by default), exactly as a
+// link latency of that much under spin; the step grows by the hops on its
+// critical path, and a zero hop is spin's step.
+TEST(PredictV, SleepingWaitsAddAHopDelayPerMessage) {
+  for (const std::string name : {"1f1b", "zb_v"}) {
+    const Deck spin = synthetic_deck(name), sleep = synthetic_deck(name + ", wait: sleep");
+    ASSERT_TRUE(sleep.pipeline.wait_sleep);
+    PredictOptions options = exact_options(spin), linked = options;
+    linked.network.p2p.latency_s = kWaitSleepHopS;
+    const double base = predict(spin, 2, options).step_time_s;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, predict(spin, 2, linked).step_time_s) << name;
+    options.wait_hop_s = linked.network.p2p.latency_s = 1e-3;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, predict(spin, 2, linked).step_time_s) << name;
+    EXPECT_GT(predict(sleep, 2, options).step_time_s, base + 1e-3) << name;  // at least one hop on its path
+    options.wait_hop_s = 0;
+    EXPECT_DOUBLE_EQ(predict(sleep, 2, options).step_time_s, base) << name;
+  }
 }
 
 TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -153,6 +155,27 @@ TEST(ScheduleInputs, ForwardOnlyScheduleFileDoesNotTrain) {
   for (const auto& p : {fwd, fr, full}) std::remove(p.c_str());
 }
 
+// pipeline.chunks beside a schedule file was ignored without a word (the
+// file's stages are the layout), as pipeline.w_group was refused.
+TEST(ScheduleInputs, ChunksWithAScheduleFileAreAnError) {
+  const std::string full = write_file("gpipe_brk_chunks.yaml", file_text(one_f_one_b(2, 4, Remat::Never), "1f1b"));
+  Deck deck;
+  deck.training.micro_batches = 4;
+  deck.pipeline.schedule_file = full;
+  deck.pipeline.chunks = 2;
+  try {
+    deck_schedule(deck, 2);
+    ADD_FAILURE() << "chunks accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              full + ": pipeline.chunks: 2 does not apply to a schedule file (its stages and rank_of_stage are the "
+                     "layout; write them with gpipe-plan --schedule interleaved_1f1b --set pipeline.chunks=2 --print)");
+  }
+  deck.pipeline.chunks = 1;
+  EXPECT_NO_THROW(deck_schedule(deck, 2));
+  std::remove(full.c_str());
+}
+
 // Partition errors name stages, and where their count comes from, when a
 // cell runs several (before: "6 cells (MPI ranks) but the model has only 5
 // layers ... (run with at most 5 ranks)" for zb_v on 3 ranks).
@@ -277,6 +300,41 @@ TEST(TuneTraceInputs, WholeBatchWIsSharedByTheMicroBatches) {
   const std::string zb = write_trace("zero_bubble", false);
   EXPECT_EQ(read_trace_times(zb).backward_weights, (std::vector<double>{2.0, 4.0}));
   std::remove(zb.c_str());
+}
+
+// A trace whose op times are not finite (or negative): before, the medians
+// were NaN (or negative), every candidate's simulated step NaN, and --tune
+// wrote a schedule "tuned" from them with exit status 0.
+TEST(TuneTraceInputs, NonFiniteOrNegativeTimesAreErrors) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    double start, end;
+    std::string shown;
+  };
+  for (const Case& c : {Case{0.0, nan, "start 0 and end nan"}, Case{-inf, 1.0, "start -inf and end 1"},
+                        Case{2.0, 1.0, "start 2 and end 1"}}) {
+    TraceHeader header;
+    header.ranks = header.cells = 2;
+    header.micro_batches = 2;
+    header.schedule = "1f1b";
+    GatheredTrace trace;
+    trace.events.resize(2);
+    trace.steps.resize(2);
+    for (int r = 0; r < 2; ++r) {
+      for (int m = 0; m < 2; ++m) trace.events[size_t(r)].push_back({1, std::int8_t(EventKind::Forward), m, 0.0, 1.0, 0});
+      for (int m = 0; m < 2; ++m) trace.events[size_t(r)].push_back({1, std::int8_t(EventKind::Backward), m, 1.0, 2.0, 0});
+      StepSummary st;
+      st.step = 1;
+      trace.steps[size_t(r)].push_back(st);
+    }
+    trace.events[1][3].start = c.start;  // rank 1's backward of micro-batch 1
+    trace.events[1][3].end = c.end;
+    const std::string path = ::testing::TempDir() + "gpipe_brk_trace_nonfinite.h5";
+    write_trace_file(path, header, trace);
+    EXPECT_EQ(trace_error(path), path + ": /rank_0001/events[3] (gpipe::backward of step 1, micro-batch 1): " + c.shown +
+                                     " are not a finite interval (end >= start); --tune-trace tunes from measured "
+                                     "times only");
+  }
 }
 
 TEST(TuneTraceInputs, SeveralStagesPerCellAreErrors) {

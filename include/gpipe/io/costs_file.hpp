@@ -29,7 +29,9 @@ struct CostsTable {
 void write_costs_file(const std::string& path, const CostsTable& table);
 
 /// Reads a file write_costs_file wrote. Throws InputError naming the path
-/// for a missing or unreadable file, another format, or a missing dataset.
+/// for a missing or unreadable file, another format, a missing dataset, or
+/// a row (named by its index, layer and rows) whose layer is outside
+/// layer_types, whose rows are < 1, or whose time is not finite or negative.
 CostsTable read_costs_file(const std::string& path);
 
 }  // namespace gpipe

@@ -95,6 +95,66 @@ Choice selected();
 /// under the choice in force.
 Implementation implementation(Primitive primitive, int scalar_bytes);
 
+/// What the bf16 route rule reads of the CPU (kernels::this_cpu()): its
+/// vendor (x86 CPUID) and the bf16 ISAs oneDNN may dispatch on it (its
+/// effective ISA, so ONEDNN_MAX_CPU_ISA is honoured). Constant for a run.
+enum class CpuVendor { intel, amd, other };
+struct CpuTraits {
+  CpuVendor vendor = CpuVendor::other;
+  bool avx512_bf16 = false;  ///< oneDNN may dispatch avx512_core_bf16 (AVX-512 BF16 dot products)
+  bool amx = false;          ///< oneDNN may dispatch avx512_core_amx (AMX tiles, bf16)
+};
+
+/// This process's CPU: the vendor, and oneDNN's effective ISA (all false
+/// in a build without oneDNN, and on a CPU that is not x86). Asked once.
+CpuTraits this_cpu();
+
+/// "intel", "amd", "other".
+const char* name(CpuVendor vendor);
+
+/// The bf16 route rule of `kernels: auto`: whether `primitive` at bf16
+/// (implementation(p, 2)) runs oneDNN's native bf16 primitive (true) or
+/// the rounded route (false: operands rounded to bf16 in fp32 buffers, then
+/// the f32 primitive). A pure function of its arguments, never of a
+/// timing, so every rank of a run on the same CPU model takes the same
+/// choice and a run is reproducible; pinned by
+/// tests/unit/test_reduced_precision.cpp (ReducedPrecision.Bf16RouteRule).
+/// Its source is measurement (one thread, Debian's oneDNN 2.6.3,
+/// perf/mixed_precision/bench_onednn_bf16.cpp; perf/README.md "Issue 22"):
+///   AMX (any vendor)                 native: 832 GFLOP/s bf16 against
+///                                    274 f32 at 256x1024x1024 (issue 22)
+///   Intel, AVX-512 BF16, no AMX      rounded: oneDNN's bf16 matmul ran
+///                                    0.47-0.99x, its bf16 convolution
+///                                    0.4-0.6x its f32 ones (Xeon)
+///   AMD, AVX-512 BF16, no AMX        native: bf16 matmul 1.3-3.0x its f32
+///                                    at every deck shape, convolution
+///                                    (forward + both backwards, the CNN's
+///                                    three layers) 1.4-1.5x (AMD EPYC,
+///                                    family 0x1A, Zen 5, measured; every
+///                                    AMD CPU with AVX-512 BF16, Zen 4
+///                                    too, takes this row unmeasured)
+///   no AVX-512 BF16, other vendors   rounded (no bf16 kernel measured)
+/// eltwise has no bf16 primitive: false.
+bool bf16_native_rule(const CpuTraits& cpu, Primitive primitive);
+
+/// The override of the bf16 route (environment GPIPE_BF16_ROUTE, or
+/// select_bf16_route for tests): `auto` (default) follows bf16_native_rule
+/// under `kernels: auto` and runs the native primitives under `kernels:
+/// onednn`; `native` runs oneDNN's bf16 primitives wherever oneDNN has one
+/// (unless `kernels: portable`); `rounded` never runs them (the rounded
+/// route on the float implementation the choice picks). fp16 always takes
+/// the rounded route.
+enum class Bf16Route { automatic, native, rounded };
+/// "auto", "native", "rounded".
+const char* name(Bf16Route route);
+/// Parses "auto", "native" or "rounded"; InputError naming `field` else.
+Bf16Route parse_bf16_route(const std::string& text, const std::string& field);
+/// Sets the process-wide route (not collective; thread-safe).
+void select_bf16_route(Bf16Route route);
+/// GPIPE_BF16_ROUTE when set (parsed once; InputError when invalid), else
+/// the last select_bf16_route() (default automatic).
+Bf16Route selected_bf16_route();
+
 /// The compute format of the float primitives (process-wide, like the
 /// choice; the precision policy's `compute`, gpipe/core/precision.hpp; set by
 /// Pipeline's constructor from the deck). fp32 (the default) and fp64: the
@@ -107,8 +167,9 @@ Implementation implementation(Primitive primitive, int scalar_bytes);
 ///                     P, dO, dS); the softmax and its backward in fp32
 ///   conv2d            x, w and dy rounded; y, dx, dw, db fp32
 /// With bf16 the oneDNN implementation (where chosen: implementation(p, 2);
-/// `auto` chooses it only where oneDNN may dispatch AMX, since without AMX
-/// its AVX-512 BF16 kernels ran slower than its f32 ones) converts the
+/// `auto` chooses it where bf16_native_rule says so: AMX, or an AMD CPU
+/// with AVX-512 BF16; an Intel CPU without AMX takes the rounded route,
+/// since there its AVX-512 BF16 kernels ran slower than its f32 ones) converts the
 /// operands to 16-bit storage and runs its bf16 matmul / convolution;
 /// otherwise (implementation(p, 2) portable: the rounded route) the operands
 /// are rounded into fp32 copies and implementation(p, 4) runs its fp32
@@ -165,9 +226,15 @@ class WeightCopy {
 /// conv2d)", or says which is not built.
 std::string build_summary();
 
-/// The choice in force and each primitive's implementation at float and
-/// double, e.g. "auto: gemm float portable, ... attention float onednn, ...",
-/// for the run record and logs.
+/// The choice in force and each primitive's implementation at float,
+/// double and bf16, e.g. "auto: gemm float portable, ... attention float
+/// onednn, ...; bf16 route auto (cpu amd, avx512_bf16, no amx: native);
+/// tf32 off", for --version, the run record and logs.
 std::string selection_summary();
+
+/// The bf16 route in force and what the rule decides on this CPU, e.g.
+/// "bf16 route auto (cpu amd, avx512_bf16, no amx: rule native)"; part of
+/// selection_summary().
+std::string bf16_route_summary();
 
 }  // namespace gpipe::kernels

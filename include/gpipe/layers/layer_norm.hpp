@@ -21,7 +21,8 @@ struct LayerNormConfig : LayerConfig {
 /// are scale-safe (each row divided by its largest |x| before any square, in
 /// double), and xhat = (x - mean) / sqrt(var + eps) is formed in double, so
 /// the result is that of the formula for any finite input at any magnitude
-/// (tested at 1e-30 to 1e30 in float and double). FLOPs: 8 per element
+/// (tested at 1e-30 to 1e30 in float and double; float needs no scaling
+/// in double, double divides each row by its largest |x|). FLOPs: 8 per element
 /// forward, 4 (parameter gradients) + 8 (input gradient) backward.
 template <class T>
 class LayerNorm final : public Layer<T> {
@@ -35,6 +36,16 @@ class LayerNorm final : public Layer<T> {
                 SavedView<T> saved) override;
   using Layer<T>::forward;
   using Layer<T>::backward;
+  /// How a row kernel is laid out: `threads`, one thread per row (the
+  /// default on host execution spaces), or `teams`, one team per row, its
+  /// threads over the features (the default on GPUs). Both give the same
+  /// bits (the sums of gpipe/core/fixed_sum.hpp); tests run both.
+  enum class RowKernel { threads, teams };
+  /// forward() / backward() with the given row kernel (arguments and
+  /// shapes as there).
+  void forward_rows(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved, RowKernel kernel);
+  void backward_rows(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx, SavedView<T> saved,
+                     RowKernel kernel);
   double eps() const { return eps_; }
   /// Features normalized together: in_features(), or the width of a (tokens, width) input.
   std::int64_t width() const;

@@ -150,7 +150,8 @@ struct RegressionMetrics {
 /// Metrics from LossSums::moments of `samples` rows. target_scale: the
 /// standard deviation each output's targets were divided by (empty: all 1),
 /// so RMSE and MAE come back in the data's units; R^2 is scale-free. An
-/// output whose targets are constant has R^2 = 0. No moments: empty metrics.
+/// output whose targets are constant has R^2 = 0. No moments or no samples:
+/// empty per-output metrics and NaN overall figures (a figure of nothing is not 0).
 RegressionMetrics regression_metrics(const std::vector<double>& moments, std::int64_t samples,
                                      const std::vector<double>& target_scale = {});
 

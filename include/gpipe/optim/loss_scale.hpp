@@ -18,13 +18,25 @@ namespace gpipe {
 
 class LossScaler {
  public:
+  /// The range S stays in, whatever the backoffs and growths: below 2^-24
+  /// (fp16's smallest subnormal) a scaled gradient of order 1 is 0 in fp16,
+  /// and a scale that keeps shrinking reaches 0 or a subnormal whose
+  /// reciprocal (the unscale) is infinite in fp32, turning finite gradients
+  /// into NaN weights; above 2^64 the scaled loss gradient S / N overflows
+  /// fp32 for any batch, and a scale grown to infinity can never back off
+  /// (inf x backoff = inf: every later step skipped). The deck's
+  /// training.loss_scale is checked against the same range.
+  static constexpr double kMinScale = 0x1p-24;
+  static constexpr double kMaxScale = 0x1p64;
+
   /// scale > 0, growth_interval >= 1, growth >= 1, 0 < backoff < 1 (the
   /// deck checks them: training.loss_scale*).
   LossScaler(double scale, std::int64_t growth_interval, double growth, double backoff)
-      : scale_(scale), interval_(growth_interval), growth_(growth), backoff_(backoff) {}
+      : scale_(clamped(scale)), interval_(growth_interval), growth_(growth), backoff_(backoff) {}
   LossScaler() = default;
 
-  /// S for the next step.
+  /// S for the next step, in [kMinScale, kMaxScale] (a restored or initial
+  /// scale outside it is clamped into it).
   double scale() const { return scale_; }
   /// Applied steps since the last overflow or growth.
   std::int64_t good_steps() const { return good_; }
@@ -36,13 +48,13 @@ class LossScaler {
   /// S after growth_interval of them. Returns !overflow (apply the step).
   bool update(bool overflow) {
     if (overflow) {
-      scale_ *= backoff_;
+      scale_ = scale_ * backoff_ < kMinScale ? kMinScale : scale_ * backoff_;
       good_ = 0;
       ++overflows_;
       return false;
     }
     if (++good_ >= interval_) {
-      scale_ *= growth_;
+      scale_ = scale_ * growth_ > kMaxScale ? kMaxScale : scale_ * growth_;
       good_ = 0;
     }
     return true;
@@ -50,12 +62,13 @@ class LossScaler {
 
   /// Restores a state (a checkpoint's).
   void restore(double scale, std::int64_t good_steps, std::int64_t overflows) {
-    scale_ = scale;
+    scale_ = clamped(scale);
     good_ = good_steps;
     overflows_ = overflows;
   }
 
  private:
+  static double clamped(double s) { return s < kMinScale ? kMinScale : s > kMaxScale ? kMaxScale : s; }
   double scale_ = 1.0;
   std::int64_t interval_ = 2000;
   double growth_ = 2.0;

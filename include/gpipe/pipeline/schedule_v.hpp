@@ -58,18 +58,26 @@ Schedule greedy_zero_bubble(const GreedyInput& input);
 
 /// ZB-V (Qi et al. 2024, "Zero Bubble (Almost) Pipeline Parallelism", ICLR,
 /// sec. 6; sail-sg/zero-bubble-pipeline-parallelism): 2K stages in the V map
-/// (v_stage_map), the backward split into I and W, built by
-/// greedy_zero_bubble with T_F = T_I = T_W per stage, no message delay, and
-/// ZB-V's memory limit, 1F1B's: at most 2K stage micro-batches held per
-/// rank (K micro-batches of a rank's layers, 1F1B's cell 0; the paper's
-/// max_mem = 2K f_mem). Bubble with equal op times: the paper's "0" (bubble
-/// rate, T_F = T_B = T_W) is the steady state; the warm-up and cool-down
-/// leave an idle fraction of exactly (K-1)/(6M+K-1) for M >= K, K <= 8
-/// (simulate_step, unit times; ScheduleV.BubbleWithEqualOpTimes), i.e. an
-/// idle time of one op per rank and pipeline stage pair; at K = 16 the
-/// greedy stays above it (19/211 = 0.090 at M = 32 against 15/207). Held
-/// stage micro-batches: plan_buffers(schedule, stage) / peak_held. Re-materialization:
-/// Recompute right before I (insert_recomputes).
+/// (v_stage_map), the backward split into I and W, at 1F1B's memory: at
+/// most 2K stage micro-batches held per rank (K micro-batches of a rank's
+/// layers; the paper's max_mem = 2K f_mem). For M >= 2K - 1: the paper's
+/// ZB-V op order (as torch.distributed.pipelining's ScheduleZBVZeroBubble):
+/// rank r runs 2(K-r)-1 x F0, r x (F1 F0), K-r x (F1 I1 W1), then
+/// [F0] I0 W0 F1 I1 W1 until chunk 1's forwards are done, then r x (I0 I1),
+/// K-r x (I0 W0) and the remaining W1, W0 (chunk 0 = stage r, chunk 1 =
+/// stage 2K-1-r). With F = I = W per stage (simulate_step, unit times) it
+/// idles exactly (K-1)/(6M+K-1) at every K (ScheduleV.BubbleWithEqualOpTimes).
+/// For M < 2K - 1 (ZB-V's warm-up does not fit): greedy_zero_bubble with
+/// T_F = T_I = T_W, no message delay and that memory limit.
+/// Why not the greedy for every M (it was, until issue 23's emulated runs):
+/// at zero message delay it ties ZB-V up to K = 8 and loses at K = 16
+/// (19/211 against 15/207 at M = 32), and it runs every I the instant its
+/// gradient arrives, so 337 of its cross-rank messages at K = 8, M = 16 are
+/// consumed with zero slack (ZB-V: 238): each hop's delay lands on the step.
+/// Simulated with a hop delay of 0.1 op: idle 0.141 (greedy) against 0.097
+/// (ZB-V) at K = 8, M = 16 (ScheduleV.ZbVAbsorbsAHopDelay).
+/// Held stage micro-batches: plan_buffers(schedule, stage) / peak_held.
+/// Re-materialization: Recompute right before I (insert_recomputes).
 Schedule zb_v(int cells, int micro_batches, Remat remat);
 
 /// DualPipeV (deepseek-ai/DualPipe, dualpipe/dualpipev.py, DualPipeV.step,

@@ -44,7 +44,21 @@ struct PredictOptions {
   /// AdamW 7. 0: this machine's measured rate for the deck's optimizer
   /// (optimizer_rate).
   double optimizer_bytes_per_s = 0;
+  /// Under `pipeline.wait: sleep` (include/gpipe/pipeline/wait.hpp) a
+  /// waiting rank polls between sleeps of kWaitSleepMaxUs, so it notices a
+  /// point-to-point message on average half a poll period after it arrives:
+  /// the model adds this many seconds to every such message's latency
+  /// (docs/performance-model.md, "Per-hop delay"). < 0: the default,
+  /// kWaitSleepHopS (a quiet machine); gpipe-plan --wait-hop-us sets it (e.g.
+  /// from perf/wake_probe.py on a loaded machine). Unused under spin.
+  double wait_hop_s = -1;
 };
+
+/// The default per-message delay of `pipeline.wait: sleep`, seconds: half a
+/// poll period of (kWaitSleepMaxUs + 15 us), 15 us being the overshoot of a
+/// short sleep with a timer slack of 1 us on a quiet machine
+/// (src/pipeline/transport.cpp).
+inline constexpr double kWaitSleepHopS = 32.5e-6;
 
 /// The optimizer step's rate on the development machine, bytes of its
 /// arrays per second (perf/gpipe_bench_kernels Optimizer at 1M parameters,

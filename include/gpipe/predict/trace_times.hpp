@@ -29,8 +29,9 @@ struct TraceTimes {
 /// uneven last group is averaged in). Throws InputError naming `path` when
 /// it is not a gpipe trace, has D > 1, ran several stages per cell (zb_v,
 /// dualpipe_v, or a micro-batch's forward twice in one step:
-/// interleaved_1f1b with chunks > 1, a V-shaped schedule file), or a cell
-/// has no forward or backward event.
+/// interleaved_1f1b with chunks > 1, a V-shaped schedule file), a cell
+/// has no forward or backward event, or a forward, backward or W event's
+/// start or end is not finite or ends before it starts (naming the event).
 TraceTimes read_trace_times(const std::string& path);
 
 /// --tune on measured times: ZB-H1 and greedy_zero_bubble (one stage per

@@ -24,7 +24,9 @@ struct EpochReport {
   /// record; train_loss_whole_epoch says which.
   std::int64_t train_samples = 0;
   bool train_loss_whole_epoch = true;
-  bool train_loss_finite = true;   ///< false if a non-finite loss entered it (nonfinite: ignore)
+  /// false if a non-finite loss entered it (nonfinite: ignore), or if no
+  /// step of the epoch was applied (train_samples 0: train_loss is NaN, never 0)
+  bool train_loss_finite = true;
   /// Steps skipped for non-finite values (or an fp16 overflow) in this epoch:
   /// the whole epoch's, also after a mid-epoch restart (checkpoints carry it).
   std::int64_t skipped_steps = 0;

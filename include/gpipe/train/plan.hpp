@@ -89,6 +89,16 @@ void check_stage_count(const Deck& deck, int stages, int cells);
 /// 64-bit fingerprint and one agreement (gpipe::agree).
 void check_same_schedule(const Schedule& schedule, const Deck& deck, MPI_Comm comm);
 
+/// Collective over `comm`: throws an agreed InputError on every rank unless
+/// every rank parsed the same deck (Deck::text: the deck after its --set
+/// overrides), e.g. "b.yaml: rank 1 read another deck than rank 0 (a.yaml):
+/// first difference in section optimizer: rank 1 has '  lr: 0.01', rank 0
+/// has '  lr: 0.001' (...)", naming the lowest differing rank (a node-local
+/// copy of the deck, or per-rank --set in an MPMD launch would otherwise
+/// train wrong or hang). Pipeline's constructor calls it first. Two
+/// MPI_Bcast of rank 0's deck text and path and one agreement.
+void check_same_deck(const Deck& deck, MPI_Comm comm);
+
 /// A run's layout from the deck alone (no MPI, no Kokkos).
 struct RunPlan {
   GridShape grid;                ///< D x K on the given rank count
