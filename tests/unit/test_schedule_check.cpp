@@ -20,8 +20,6 @@ namespace {
 Op F(int m, int s) { return {OpKind::Forward, m, s}; }
 Op B(int m, int s) { return {OpKind::Backward, m, s}; }
 Op R(int m, int s) { return {OpKind::Recompute, m, s}; }
-Op I(int m, int s) { return {OpKind::BackwardInput, m, s}; }
-Op W(int m, int s) { return {OpKind::BackwardWeights, m, s}; }
 
 std::string message_of(const Schedule& s, const std::string& source = "schedule") {
   try {
