@@ -193,6 +193,98 @@ struct SeamBatched {
 
 // The rounded route for the attention's batched GEMMs (not oneDNN's bf16 ones).
 bool attention_rounds_once(Format f) { return !onednn_bf16(f, Primitive::batched_gemm); }
+
+// The native bf16 route's operands of one attention call, each float range
+// converted to bf16 once: Q, K and V are strided views of one qkv matrix
+// (each GEMM operand's footprint spans nearly all of it), so converting per
+// GEMM operand converted qkv 4 times a forward and 6 times a backward, d_out
+// twice and dS twice. A range held here is converted when first read (or
+// up front: hold) and read from its copy until a GEMM output or the softmax
+// writes over it; one held range per workspace slot. The copies hold the
+// same bf16 values the per-operand conversion makes, so the results are
+// bitwise those of the attention's GEMMs through the public batched_gemm
+// (ReducedPrecision.NativeAttentionIsItsGemmsOnceConverted).
+class OnceConverted {
+ public:
+  explicit OnceConverted(const ExecSpace& space) : space_(space) {}
+  OnceConverted(const OnceConverted&) = delete;
+  OnceConverted& operator=(const OnceConverted&) = delete;
+  // The bf16 copy of [p, p + n): a held range's, else converted into `slot`.
+  const bf16* get(const float* p, std::int64_t n, int slot) {
+    for (int i = 0; i < count_; ++i)
+      if (p >= held_[i].p && p + n <= held_[i].p + held_[i].n) return held_[i].copy + (p - held_[i].p);
+    drop([&](const Held& h) { return h.slot == slot; });
+    const bf16* copy = converted(space_, p, n, slot);
+    held_[count_++] = Held{p, n, slot, copy};
+    return copy;
+  }
+  // [p, p + n) is about to be written: its copies are stale.
+  void written(const float* p, std::int64_t n) {
+    drop([&](const Held& h) { return p < h.p + h.n && h.p < p + n; });
+  }
+
+ private:
+  struct Held {
+    const float* p;
+    std::int64_t n;
+    int slot;
+    const bf16* copy;
+  };
+  template <class Pred>
+  void drop(const Pred& pred) {
+    int kept = 0;
+    for (int i = 0; i < count_; ++i)
+      if (!pred(held_[i])) held_[kept++] = held_[i];
+    count_ = kept;
+  }
+  ExecSpace space_;
+  Held held_[reduced::slots] = {};
+  int count_ = 0;
+};
+
+// The attention's batched GEMMs on the native bf16 route (oneDNN's bf16
+// batched matmul), operands through OnceConverted.
+struct NativeBatched {
+  OnceConverted* once;
+  void operator()(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
+                  const float* a, const Strided& sa, const float* b, const Strided& sb, float beta, float* c,
+                  const Strided& sc) const {
+    const std::int64_t nc = footprint(outer, inner, sc);
+    once->written(c, nc);
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (sc.rows > 0 && sc.cols > 0 && (ta == Op::none ? sa.cols : sa.rows) > 0) {
+      const bf16* a16 = once->get(a, footprint(outer, inner, sa), reduced::a);
+      const bf16* b16 = once->get(b, footprint(outer, inner, sb), reduced::b);
+      return onednn::batched_gemm_bf16(space, ta, tb, outer, inner, alpha, a16, sa, b16, sb, beta, c, sc);
+    }
+#endif
+    batched_reduced(space, Format::bf16, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
+  }
+};
+
+// The attention's softmax under a reduced compute format: fp32, on the
+// implementation the float attention runs (oneDNN's vectorized softmax
+// where implementation(attention, 4) is oneDNN, else the Kokkos one); it
+// writes in place, so a held bf16 copy of that range is dropped first.
+struct SeamSoftmax {
+  OnceConverted* once = nullptr;
+  void forward(const ExecSpace& space, float* probs, std::int64_t rows, std::int64_t tokens, bool causal) const {
+    if (once) once->written(probs, rows * tokens);
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (onednn_runs<float>(Primitive::attention)) return onednn::softmax_forward(space, probs, rows, tokens, causal);
+#endif
+    detail::masked_softmax<float>(space, probs, rows, tokens, causal);
+  }
+  void backward(const ExecSpace& space, const float* probs, float* dprobs, std::int64_t rows, std::int64_t tokens,
+                bool causal) const {
+    if (once) once->written(dprobs, rows * tokens);
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (onednn_runs<float>(Primitive::attention))
+      return onednn::softmax_backward(space, probs, dprobs, rows, tokens, causal);
+#endif
+    detail::softmax_backward<float>(space, probs, dprobs, rows, tokens, causal);
+  }
+};
 }  // namespace
 
 template <class T>
@@ -283,11 +375,15 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
   const Region region("gpipe::kernels::attention_forward");
   if constexpr (std::is_same_v<T, float>) {
     if (const Format f = compute_format(); reduced::active(f)) {
-      if (!attention_rounds_once(f)) return detail::attention_forward<float>(space, shape, qkv, probs, out, SeamBatched{});
+      if (!attention_rounds_once(f)) {
+        OnceConverted once(space);
+        once.get(qkv.data(), std::int64_t(qkv.span()), reduced::x);
+        return detail::attention_forward<float>(space, shape, qkv, probs, out, NativeBatched{&once}, SeamSoftmax{&once});
+      }
       const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
       SeamBatched batched;
       batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
-      return detail::attention_forward<float>(space, shape, q, probs, out, batched);
+      return detail::attention_forward<float>(space, shape, q, probs, out, batched, SeamSoftmax{});
     }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention)) return onednn::attention_forward(space, shape, qkv, probs, out);
@@ -308,14 +404,19 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   const Region region("gpipe::kernels::attention_backward");
   if constexpr (std::is_same_v<T, float>) {
     if (const Format f = compute_format(); reduced::active(f)) {
-      if (!attention_rounds_once(f))
-        return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, SeamBatched{});
+      if (!attention_rounds_once(f)) {
+        OnceConverted once(space);
+        once.get(qkv.data(), std::int64_t(qkv.span()), reduced::x);
+        once.get(d_out.data(), std::int64_t(d_out.span()), reduced::dy);
+        return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, NativeBatched{&once},
+                                                 SeamSoftmax{&once});
+      }
       const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
       const ConstMatrix<float> d = reduced::rounded(space, f, d_out, reduced::dy);
       SeamBatched batched;
       batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
       batched.rounded[1] = d.data(), batched.rounded_n[1] = std::int64_t(d.span());
-      return detail::attention_backward<float>(space, shape, q, probs, d, work, d_qkv, batched);
+      return detail::attention_backward<float>(space, shape, q, probs, d, work, d_qkv, batched, SeamSoftmax{});
     }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention))

@@ -622,6 +622,97 @@ TEST(ReducedPrecision, LayerFamiliesForwardAndGradientsAgainstFloat) {
       }
 }
 
+// Activations are fp32 work under every policy (only the heavy
+// primitives' operands are rounded): the GELU layer's forward and backward
+// under bf16 / fp16 are bitwise its float results, per implementation (the
+// oneDNN JIT eltwise too, where before a reduced format fell back to the
+// layer's scalar loop).
+TEST(ReducedPrecision, ActivationsUnderAReducedFormatAreTheFloatPath) {
+  const std::int64_t n = 5;
+  for (const Forced choice : forced_choices()) {
+    Selected sel(choice);
+    FloatLayer L("{type: gelu}", {37}, n);
+    const auto x = host_random(n * 37, 84), dy = host_random(n * 37, 85);
+    std::vector<float> wide(x);
+    for (auto& v : wide) v *= 6;  // the GELU's curved range and both tails
+    const auto ref = L.run(Format::fp32, {}, wide, dy);
+    for (const Format f : {Format::bf16, Format::fp16}) EXPECT_EQ(L.run(f, {}, wide, dy), ref) << name(choice) << " " << name(f);
+  }
+}
+
+// The attention in bf16 is its five GEMMs through the public batched_gemm
+// (bf16 operands, fp32 results) around an fp32 softmax: out = P V,
+// dV = P^T dO, dQ = dS K / sqrt(dh), dK = dS^T Q / sqrt(dh), bitwise, with
+// P and dS as the attention returns them (probs, work); on the native route
+// each operand range is converted once per call (dispatch.cpp,
+// OnceConverted), which must not change a bit. P and dS themselves against
+// double softmaxes of S = Q K^T / sqrt(dh) and dP = dO V^T from the same
+// public GEMMs, within a few fp32 roundings per row of T terms.
+TEST(ReducedPrecision, AttentionIsItsGemmsThroughTheSeam) {
+  for (const bool causal : {false, true}) {
+    const kernels::AttentionShape s{3, 6, 2, 8, causal};
+    const std::int64_t N = s.samples * s.tokens, d = s.heads * s.head_width, T = s.tokens, n = s.samples, H = s.heads;
+    const std::int64_t P = n * H * T;
+    const float scale = 1.0f / float(std::sqrt(double(s.head_width)));
+    const kernels::Strided sq{T, s.head_width, 3 * d, T * 3 * d, s.head_width}, so{T, s.head_width, d, T * d, s.head_width},
+        sp{T, T, T, H * T * T, T * T};
+    auto qkv_h = host_random(N * 3 * d, 51);
+    for (auto& v : qkv_h) v *= 3;  // scores of a few units: P far from uniform
+    const auto dout_h = host_random(N * d, 52);
+    for (const Forced choice : forced_choices()) {
+      Selected sel(choice);
+      const ComputeScope scope(Format::bf16);
+      const ExecSpace space;
+      const Matrix<float> qkv = test::to_device(qkv_h, N, 3 * d), dout = test::to_device(dout_h, N, d);
+      Matrix<float> probs("p", P, T), out("o", N, d), work("w", P, T), dqkv("dqkv", N, 3 * d);
+      kernels::attention_forward<float>(space, s, qkv, probs, out);
+      kernels::attention_backward<float>(space, s, qkv, probs, dout, work, dqkv);
+      const float *q = qkv.data(), *k = q + d, *v = q + 2 * d;
+      const auto gemm = [&](Op ta, Op tb, float alpha, const float* a, const kernels::Strided& sa, const float* b,
+                            const kernels::Strided& sb, const kernels::Strided& sc, std::int64_t rows, std::int64_t cols,
+                            std::int64_t offset) {
+        Matrix<float> c("c", rows, cols);
+        Kokkos::deep_copy(c, 0.0f);
+        kernels::batched_gemm<float>(space, ta, tb, n, H, alpha, a, sa, b, sb, 0.0f, c.data() + offset, sc);
+        return test::to_host(c);
+      };
+      const auto o = test::to_host(out), dq3 = test::to_host(dqkv), p = test::to_host(probs), ds = test::to_host(work);
+      EXPECT_EQ(gemm(Op::none, Op::none, 1.0f, probs.data(), sp, v, sq, so, N, d, 0), o) << name(choice);
+      const auto dv = gemm(Op::transpose, Op::none, 1.0f, probs.data(), sp, dout.data(), so, sq, N, 3 * d, 2 * d);
+      const auto dq = gemm(Op::none, Op::none, scale, work.data(), sp, k, sq, sq, N, 3 * d, 0);
+      const auto dk = gemm(Op::transpose, Op::none, scale, work.data(), sp, q, sq, sq, N, 3 * d, d);
+      for (std::int64_t r = 0; r < N; ++r)
+        for (std::int64_t c = 0; c < d; ++c) {
+          const size_t at = size_t(r * 3 * d + c);
+          EXPECT_EQ(dq3[at], dq[at]) << name(choice) << " dQ " << r << "," << c;
+          EXPECT_EQ(dq3[at + size_t(d)], dk[at + size_t(d)]) << name(choice) << " dK " << r << "," << c;
+          EXPECT_EQ(dq3[at + size_t(2 * d)], dv[at + size_t(2 * d)]) << name(choice) << " dV " << r << "," << c;
+        }
+      // The softmax pair (fp32) on the GEMMs' S and dP.
+      const auto S = gemm(Op::none, Op::transpose, scale, q, sq, k, sq, sp, P, T, 0);
+      const auto dP = gemm(Op::none, Op::transpose, 1.0f, dout.data(), so, v, sq, sp, P, T, 0);
+      const double tol = 4 * gamma32(T + 4);
+      for (std::int64_t r = 0; r < P; ++r) {
+        const std::int64_t last = causal ? r % T : T - 1;
+        double top = -1e300, sum = 0, dot = 0;
+        for (std::int64_t c = 0; c <= last; ++c) top = std::max(top, double(S[size_t(r * T + c)]));
+        for (std::int64_t c = 0; c <= last; ++c) sum += std::exp(double(S[size_t(r * T + c)]) - top);
+        for (std::int64_t c = 0; c <= last; ++c) dot += double(p[size_t(r * T + c)]) * dP[size_t(r * T + c)];
+        for (std::int64_t c = 0; c < T; ++c) {
+          const size_t at = size_t(r * T + c);
+          const double ref = c <= last ? std::exp(double(S[at]) - top) / sum : 0.0;
+          EXPECT_NEAR(p[at], ref, tol * (ref + 1e-3)) << name(choice) << " P " << r << "," << c;
+          const double dref = c <= last ? double(p[at]) * (double(dP[at]) - dot) : 0.0;
+          double bound = 0;
+          for (std::int64_t e = 0; e <= last; ++e) bound += std::abs(double(p[size_t(r * T + e)]) * dP[size_t(r * T + e)]);
+          EXPECT_NEAR(ds[at], dref, tol * double(p[at]) * (std::abs(double(dP[at])) + bound) + 1e-30)
+              << name(choice) << " dS " << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   const std::vector<float> v = {1.0f, 1.00390625f, 1.01171875f, -3.5f, 65504.0f, 65520.0f, 1e-8f, 3.0e38f};
   const Matrix<float> src = test::to_device(v, 1, std::int64_t(v.size()));
