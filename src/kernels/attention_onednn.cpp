@@ -4,7 +4,9 @@
 // oneDNN's softmax forward / backward primitives (vectorized exp) over the
 // (n*H*T, T) rows, in place. Causal: a Kokkos kernel first sets the masked
 // scores to -inf, whose exp is exactly 0, so masked probabilities are 0 as
-// in the portable path; their gradients are then 0 because P is.
+// in the portable path; their gradients are then 0 because P is. The
+// softmax pair is also the attention's fp32 softmax under a reduced compute
+// format (dispatch.cpp).
 #include <limits>
 
 #include "attention_common.hpp"
@@ -36,7 +38,7 @@ memory::desc rows_desc(std::int64_t rows, std::int64_t tokens) {
 
 dnnl::softmax_forward::primitive_desc forward_pd(std::int64_t rows, std::int64_t tokens) {
   const dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_training, rows_desc(rows, tokens), 1);
-  return dnnl::softmax_forward::primitive_desc(d, engine());
+  return dnnl::softmax_forward::primitive_desc(d, user_scratchpad(), engine());
 }
 
 // The masked scores (s > t, t = row % T) set to -inf before the softmax.
@@ -52,32 +54,45 @@ void mask(const ExecSpace& space, float* scores, std::int64_t rows, std::int64_t
 
 struct Softmax {
   void forward(const ExecSpace& space, float* probs, std::int64_t rows, std::int64_t tokens, bool causal) const {
-    if (causal) mask(space, probs, rows, tokens);
-    space.fence();
-    Entry& e = cache().get({0, rows, tokens}, [&] {
-      Entry x;
-      x.primitive = dnnl::softmax_forward(forward_pd(rows, tokens));
-      x.args = {{DNNL_ARG_SRC, unbound(rows_desc(rows, tokens))}, {DNNL_ARG_DST, unbound(rows_desc(rows, tokens))}};
-      return x;
-    });
-    e.run({{DNNL_ARG_SRC, probs}, {DNNL_ARG_DST, probs}});
+    softmax_forward(space, probs, rows, tokens, causal);
   }
   void backward(const ExecSpace& space, const float* probs, float* dprobs, std::int64_t rows, std::int64_t tokens,
-                bool) const {
-    space.fence();
-    Entry& e = cache().get({1, rows, tokens}, [&] {
-      const auto md = rows_desc(rows, tokens);
-      const dnnl::softmax_backward::desc d(md, md, 1);
-      Entry x;
-      x.primitive = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(d, engine(), forward_pd(rows, tokens)));
-      x.args = {{DNNL_ARG_DST, unbound(md)}, {DNNL_ARG_DIFF_DST, unbound(md)}, {DNNL_ARG_DIFF_SRC, unbound(md)}};
-      return x;
-    });
-    e.run({{DNNL_ARG_DST, probs}, {DNNL_ARG_DIFF_DST, dprobs}, {DNNL_ARG_DIFF_SRC, dprobs}});
+                bool causal) const {
+    softmax_backward(space, probs, dprobs, rows, tokens, causal);
   }
 };
 
 }  // namespace
+
+void softmax_forward(const ExecSpace& space, float* probs, std::int64_t rows, std::int64_t tokens, bool causal) {
+  if (causal) mask(space, probs, rows, tokens);
+  space.fence();
+  Entry& e = cache().get({0, rows, tokens}, [&] {
+    Entry x;
+    const auto pd = forward_pd(rows, tokens);
+    x.primitive = dnnl::softmax_forward(pd);
+    x.args = {{DNNL_ARG_SRC, unbound(rows_desc(rows, tokens))}, {DNNL_ARG_DST, unbound(rows_desc(rows, tokens))}};
+    x.use_scratchpad(pd.scratchpad_desc());
+    return x;
+  });
+  e.run({{DNNL_ARG_SRC, probs}, {DNNL_ARG_DST, probs}});
+}
+
+void softmax_backward(const ExecSpace& space, const float* probs, float* dprobs, std::int64_t rows,
+                      std::int64_t tokens, bool) {
+  space.fence();
+  Entry& e = cache().get({1, rows, tokens}, [&] {
+    const auto md = rows_desc(rows, tokens);
+    const dnnl::softmax_backward::desc d(md, md, 1);
+    Entry x;
+    const dnnl::softmax_backward::primitive_desc pd(d, user_scratchpad(), engine(), forward_pd(rows, tokens));
+    x.primitive = dnnl::softmax_backward(pd);
+    x.args = {{DNNL_ARG_DST, unbound(md)}, {DNNL_ARG_DIFF_DST, unbound(md)}, {DNNL_ARG_DIFF_SRC, unbound(md)}};
+    x.use_scratchpad(pd.scratchpad_desc());
+    return x;
+  });
+  e.run({{DNNL_ARG_DST, probs}, {DNNL_ARG_DIFF_DST, dprobs}, {DNNL_ARG_DIFF_SRC, dprobs}});
+}
 
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
                        Matrix<float> probs, Matrix<float> out) {

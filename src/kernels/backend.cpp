@@ -435,8 +435,11 @@ std::string selection_summary() {
   for (Primitive p : {Primitive::gemm, Primitive::gemm_bias, Primitive::batched_gemm, Primitive::attention,
                       Primitive::conv2d, Primitive::eltwise})
     for (int bytes : {4, 8, 2}) {
-      out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : bytes == 8 ? "double" : "bf16",
-                         name(implementation(p, bytes)));
+      if (p == Primitive::eltwise && bytes == 2)  // fp32 work under a reduced format (eltwise.hpp)
+        out += fmt::format("{}eltwise bf16 {} (fp32)", sep, name(implementation(p, 4)));
+      else
+        out += fmt::format("{}{} {} {}", sep, name(p), bytes == 4 ? "float" : bytes == 8 ? "double" : "bf16",
+                           name(implementation(p, bytes)));
       sep = ", ";
     }
   return out + "; " + bf16_route_summary() + "; " + tf32_summary();

@@ -71,10 +71,54 @@ bool onednn_bf16(Format f, Primitive p) {
 #endif
 }
 
+// The copies an OperandReuse scope holds (gemm.hpp), each in a slot of its
+// own (reduced::held ..), the least recently used one replaced when all are
+// taken, so a copy read by a GEMM is never overwritten by that GEMM's other
+// operand. One host thread calls the seam.
+struct Reused {
+  const float* p = nullptr;  // null: the slot is free
+  std::int64_t n = 0;
+  const bf16* copy = nullptr;
+  std::uint64_t used = 0;
+};
+struct ReuseScope {
+  int depth = 0;
+  std::uint64_t tick = 0;
+  Reused held[reduced::kHeld];
+  void clear() {
+    for (Reused& h : held) h = Reused{};
+  }
+};
+ReuseScope& reuse_scope() {
+  static ReuseScope s;
+  return s;
+}
+// [p, p + n) is about to be written by a GEMM: its held copies are stale.
+void reuse_written(const float* p, std::int64_t n) {
+  for (Reused& h : reuse_scope().held)
+    if (h.p && p < h.p + h.n && h.p < p + n) h = Reused{};
+}
+
 const bf16* converted(const ExecSpace& space, const float* v, std::int64_t n, int slot) {
   if (const bf16* copy = reduced::weight_copy(v, n)) return copy;  // a weight: converted once per step
-  bf16* out = reduced::scratch16(slot, n);
+  ReuseScope& r = reuse_scope();
+  if (r.depth == 0) {
+    bf16* out = reduced::scratch16(slot, n);
+    reduced::to_bf16(space, v, n, out);
+    return out;
+  }
+  int victim = 0;
+  for (int i = 0; i < reduced::kHeld; ++i) {
+    Reused& h = r.held[i];
+    if (h.p && v >= h.p && v + n <= h.p + h.n) {  // inside a held copy
+      h.used = ++r.tick;
+      return h.copy + (v - h.p);
+    }
+    if (r.held[i].used < r.held[victim].used) victim = i;  // free slots have used 0
+  }
+  bf16* out = reduced::scratch16(reduced::held + victim, n);
   reduced::to_bf16(space, v, n, out);
+  r.held[victim] = Reused{v, n, out, ++r.tick};
   return out;
 }
 
@@ -115,11 +159,13 @@ void gemm_reduced(const ExecSpace& space, Format f, Op ta, Op tb, float alpha, C
   if (c.extent(0) == 0 || c.extent(1) == 0) return;
   if (k == 0) return gemm_f32(space, ta, tb, alpha, a, b, beta, c);  // C = beta C
 #ifdef GPIPE_ENABLE_ONEDNN
-  if (onednn_bf16(f, Primitive::gemm))
+  if (onednn_bf16(f, Primitive::gemm)) {
+    reuse_written(c.data(), std::int64_t(c.span()));
     return onednn::gemm_bf16(space, ta, tb, alpha, converted(space, a.data(), std::int64_t(a.span()), reduced::a),
                              std::int64_t(a.extent(0)), std::int64_t(a.extent(1)),
                              converted(space, b.data(), std::int64_t(b.span()), reduced::b),
                              std::int64_t(b.extent(0)), std::int64_t(b.extent(1)), beta, c);
+  }
 #endif
   gemm_f32(space, ta, tb, alpha, reduced::rounded(space, f, a, reduced::a), reduced::rounded(space, f, b, reduced::b),
            beta, c);
@@ -130,11 +176,13 @@ void gemm_bias_reduced(const ExecSpace& space, Format f, ConstMatrix<float> x, C
   if (y.extent(0) == 0) return;
   if (x.extent(1) == 0) return gemm_bias_f32(space, x, w, bias, y);
 #ifdef GPIPE_ENABLE_ONEDNN
-  if (onednn_bf16(f, Primitive::gemm_bias))
+  if (onednn_bf16(f, Primitive::gemm_bias)) {
+    reuse_written(y.data(), std::int64_t(y.span()));
     return onednn::gemm_bias_bf16(space, converted(space, x.data(), std::int64_t(x.span()), reduced::a),
                                   std::int64_t(x.extent(0)), std::int64_t(x.extent(1)),
                                   converted(space, w.data(), std::int64_t(w.span()), reduced::b),
                                   std::int64_t(w.extent(1)), bias, y);
+  }
 #endif
   gemm_bias_f32(space, reduced::rounded(space, f, x, reduced::a), reduced::rounded(space, f, w, reduced::b), bias, y);
 }
@@ -149,9 +197,11 @@ void batched_reduced(const ExecSpace& space, Format f, Op ta, Op tb, std::int64_
     return batched_f32(space, ta, tb, outer, inner, alpha, a, sa, b, sb, beta, c, sc);
   const std::int64_t na = footprint(outer, inner, sa), nb = footprint(outer, inner, sb);
 #ifdef GPIPE_ENABLE_ONEDNN
-  if (onednn_bf16(f, Primitive::batched_gemm))
+  if (onednn_bf16(f, Primitive::batched_gemm)) {
+    reuse_written(c, footprint(outer, inner, sc));
     return onednn::batched_gemm_bf16(space, ta, tb, outer, inner, alpha, converted(space, a, na, reduced::a), sa,
                                      converted(space, b, nb, reduced::b), sb, beta, c, sc);
+  }
 #endif
   const float* ra = a;
   const float* rb = b;
@@ -193,6 +243,145 @@ struct SeamBatched {
 
 // The rounded route for the attention's batched GEMMs (not oneDNN's bf16 ones).
 bool attention_rounds_once(Format f) { return !onednn_bf16(f, Primitive::batched_gemm); }
+
+// The attention's softmax under a reduced compute format: fp32, on the
+// implementation the float attention runs (oneDNN's vectorized softmax
+// where implementation(attention, 4) is oneDNN, else the Kokkos one), in place.
+struct SeamSoftmax {
+  void forward(const ExecSpace& space, float* probs, std::int64_t rows, std::int64_t tokens, bool causal) const {
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (onednn_runs<float>(Primitive::attention)) return onednn::softmax_forward(space, probs, rows, tokens, causal);
+#endif
+    detail::masked_softmax<float>(space, probs, rows, tokens, causal);
+  }
+  void backward(const ExecSpace& space, const float* probs, float* dprobs, std::int64_t rows, std::int64_t tokens,
+                bool causal) const {
+#ifdef GPIPE_ENABLE_ONEDNN
+    if (onednn_runs<float>(Primitive::attention))
+      return onednn::softmax_backward(space, probs, dprobs, rows, tokens, causal);
+#endif
+    detail::softmax_backward<float>(space, probs, dprobs, rows, tokens, causal);
+  }
+};
+
+#ifdef GPIPE_ENABLE_ONEDNN
+// The attention on the native bf16 route. oneDNN 2.6's batched matmul runs
+// its `gemm:jit` implementation, 0.7-3 ms a call at the ViT's 128 samples x
+// 4 heads of 16 x 16, whenever an operand is a head of the interleaved qkv
+// layout (a strided (T, dh) block of a (n T, 3d) matrix), a source is
+// transposed, or the destination's rows are 3d apart; on head-major
+// operands and destinations (each (sample, head) a dense block) it runs
+// brgemm (AMX here) at 0.04-0.2 ms (perf/README.md, "Issue 22: the ViT's
+// bf16 step on AMX"). The bf16 conversion is a copy anyway, so it writes
+// the layouts brgemm takes: qkv -> [Q | K | V] each (n, H, T, dh), d_out ->
+// (n, H, T, dh), P and dS as stored and transposed ((n H T, T) blocks of
+// P^T, dS^T), one pass each (before: converted once per GEMM operand, qkv 4
+// times a forward and 6 times a backward); the results go to head-major
+// fp32 buffers and one pass scatters them into the interleaved out /
+// d_qkv. The GEMMs' bf16 operands hold the same values (round to nearest
+// even); only oneDNN's summation order may differ from the interleaved
+// route's (test: ReducedPrecision.AttentionIsItsGemmsThroughTheSeam).
+kernels::Strided head_major(const detail::AttentionLayout& L) {
+  return kernels::Strided{L.T, L.dh, L.dh, L.H * L.T * L.dh, L.T * L.dh};
+}
+
+// `parts` (T, d) blocks of each sample's rows of src (n T, ld) ->
+// dst[part][sample][head][token][0..dh) in bf16; one source row a work item.
+void to_heads(const ExecSpace& space, const detail::AttentionLayout& L, const float* src, std::int64_t ld,
+              std::int64_t parts, bf16* dst) {
+  const std::int64_t n = L.n, H = L.H, T = L.T, dh = L.dh, d = L.d;
+  Kokkos::parallel_for(
+      "gpipe::kernels::attention::to_heads_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n * T),
+      KOKKOS_LAMBDA(const std::int64_t r) {  // r = i T + t
+        const std::int64_t i = r / T, t = r % T;
+        for (std::int64_t part = 0; part < parts; ++part)
+          for (std::int64_t h = 0; h < H; ++h) {
+            const float* from = src + r * ld + part * d + h * dh;
+            bf16* to = dst + (((part * n + i) * H + h) * T + t) * dh;
+            for (std::int64_t c = 0; c < dh; ++c) to[c] = bf16(from[c]);
+          }
+      });
+}
+
+// The head-major fp32 results [part][sample][head][token][0..dh) -> their
+// columns part d + h dh .. of dst (n T, ld).
+void from_heads(const ExecSpace& space, const detail::AttentionLayout& L, const float* src, std::int64_t parts,
+                float* dst, std::int64_t ld) {
+  const std::int64_t n = L.n, H = L.H, T = L.T, dh = L.dh, d = L.d;
+  Kokkos::parallel_for(
+      "gpipe::kernels::attention::from_heads", Kokkos::RangePolicy<ExecSpace>(space, 0, n * T),
+      KOKKOS_LAMBDA(const std::int64_t r) {
+        const std::int64_t i = r / T, t = r % T;
+        for (std::int64_t part = 0; part < parts; ++part)
+          for (std::int64_t h = 0; h < H; ++h) {
+            const float* from = src + (((part * n + i) * H + h) * T + t) * dh;
+            float* to = dst + r * ld + part * d + h * dh;
+            for (std::int64_t c = 0; c < dh; ++c) to[c] = from[c];
+          }
+      });
+}
+
+// Each (T, T) block of src (blocks x T x T) transposed, in bf16.
+void to_bf16_transposed(const ExecSpace& space, const float* src, std::int64_t blocks, std::int64_t T, bf16* dst) {
+  Kokkos::parallel_for(
+      "gpipe::kernels::attention::to_bf16_transposed", Kokkos::RangePolicy<ExecSpace>(space, 0, blocks * T),
+      KOKKOS_LAMBDA(const std::int64_t r) {  // r = b T + j: row j of block b of dst
+        const std::int64_t b = r / T, j = r % T;
+        const float* from = src + b * T * T + j;
+        bf16* to = dst + r * T;
+        for (std::int64_t i = 0; i < T; ++i) to[i] = bf16(from[i * T]);
+      });
+}
+
+void native_attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
+                              Matrix<float> probs, Matrix<float> out) {
+  const detail::AttentionLayout L(shape);
+  reuse_written(out.data(), std::int64_t(out.span()));
+  reuse_written(probs.data(), std::int64_t(probs.span()));
+  const float scale = 1.0f / float(std::sqrt(double(L.dh)));
+  const std::int64_t Nd = L.n * L.T * L.d;
+  bf16* heads = reduced::scratch16(reduced::x, 3 * Nd);
+  to_heads(space, L, qkv.data(), 3 * L.d, 3, heads);
+  const Strided hm = head_major(L);
+  onednn::batched_gemm_bf16(space, Op::none, Op::transpose, L.n, L.H, scale, heads, hm, heads + Nd, hm, 0.0f,
+                            probs.data(), L.probs);
+  SeamSoftmax{}.forward(space, probs.data(), L.n * L.H * L.T, L.T, shape.causal);
+  const bf16* p = converted(space, probs.data(), std::int64_t(probs.span()), reduced::a);
+  float* o = reduced::scratch(reduced::x, Nd);
+  onednn::batched_gemm_bf16(space, Op::none, Op::none, L.n, L.H, 1.0f, p, L.probs, heads + 2 * Nd, hm, 0.0f, o, hm);
+  from_heads(space, L, o, 1, out.data(), L.d);
+}
+
+void native_attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
+                               ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
+                               Matrix<float> d_qkv) {
+  const detail::AttentionLayout L(shape);
+  const float scale = 1.0f / float(std::sqrt(double(L.dh)));
+  reuse_written(d_qkv.data(), std::int64_t(d_qkv.span()));
+  reuse_written(work.data(), std::int64_t(work.span()));
+  const std::int64_t Nd = L.n * L.T * L.d, blocks = L.n * L.H, PT = std::int64_t(probs.span());
+  bf16* heads = reduced::scratch16(reduced::x, 3 * Nd);
+  to_heads(space, L, qkv.data(), 3 * L.d, 3, heads);
+  bf16* dout = reduced::scratch16(reduced::dy, Nd);
+  to_heads(space, L, d_out.data(), L.d, 1, dout);
+  const Strided hm = head_major(L);
+  const bf16 *qh = heads, *kh = heads + Nd, *vh = heads + 2 * Nd;
+  float* grads = reduced::scratch(reduced::x, 3 * Nd);  // head-major dQ, dK, dV
+  float* ds = work.data();
+  bf16* pt = reduced::scratch16(reduced::a, PT);
+  to_bf16_transposed(space, probs.data(), blocks, L.T, pt);
+  onednn::batched_gemm_bf16(space, Op::none, Op::none, L.n, L.H, 1.0f, pt, L.probs, dout, hm, 0.0f, grads + 2 * Nd, hm);
+  onednn::batched_gemm_bf16(space, Op::none, Op::transpose, L.n, L.H, 1.0f, dout, hm, vh, hm, 0.0f, ds, L.probs);
+  SeamSoftmax{}.backward(space, probs.data(), ds, L.n * L.H * L.T, L.T, shape.causal);
+  bf16* d16 = reduced::scratch16(reduced::b, PT);
+  reduced::to_bf16(space, ds, PT, d16);
+  bf16* d16t = reduced::scratch16(reduced::a, PT);  // P^T is consumed
+  to_bf16_transposed(space, ds, blocks, L.T, d16t);
+  onednn::batched_gemm_bf16(space, Op::none, Op::none, L.n, L.H, scale, d16, L.probs, kh, hm, 0.0f, grads, hm);
+  onednn::batched_gemm_bf16(space, Op::none, Op::none, L.n, L.H, scale, d16t, L.probs, qh, hm, 0.0f, grads + Nd, hm);
+  from_heads(space, L, grads, 3, d_qkv.data(), 3 * L.d);
+}
+#endif
 }  // namespace
 
 template <class T>
@@ -283,11 +472,13 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
   const Region region("gpipe::kernels::attention_forward");
   if constexpr (std::is_same_v<T, float>) {
     if (const Format f = compute_format(); reduced::active(f)) {
-      if (!attention_rounds_once(f)) return detail::attention_forward<float>(space, shape, qkv, probs, out, SeamBatched{});
+#ifdef GPIPE_ENABLE_ONEDNN
+      if (!attention_rounds_once(f)) return native_attention_forward(space, shape, qkv, probs, out);
+#endif
       const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
       SeamBatched batched;
       batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
-      return detail::attention_forward<float>(space, shape, q, probs, out, batched);
+      return detail::attention_forward<float>(space, shape, q, probs, out, batched, SeamSoftmax{});
     }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention)) return onednn::attention_forward(space, shape, qkv, probs, out);
@@ -308,14 +499,15 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
   const Region region("gpipe::kernels::attention_backward");
   if constexpr (std::is_same_v<T, float>) {
     if (const Format f = compute_format(); reduced::active(f)) {
-      if (!attention_rounds_once(f))
-        return detail::attention_backward<float>(space, shape, qkv, probs, d_out, work, d_qkv, SeamBatched{});
+#ifdef GPIPE_ENABLE_ONEDNN
+      if (!attention_rounds_once(f)) return native_attention_backward(space, shape, qkv, probs, d_out, work, d_qkv);
+#endif
       const ConstMatrix<float> q = reduced::rounded(space, f, qkv, reduced::x);
       const ConstMatrix<float> d = reduced::rounded(space, f, d_out, reduced::dy);
       SeamBatched batched;
       batched.rounded[0] = q.data(), batched.rounded_n[0] = std::int64_t(q.span());
       batched.rounded[1] = d.data(), batched.rounded_n[1] = std::int64_t(d.span());
-      return detail::attention_backward<float>(space, shape, q, probs, d, work, d_qkv, batched);
+      return detail::attention_backward<float>(space, shape, q, probs, d, work, d_qkv, batched, SeamSoftmax{});
     }
 #ifdef GPIPE_ENABLE_ONEDNN
     if (onednn_runs<T>(Primitive::attention))
@@ -331,6 +523,12 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
 namespace {
 std::uint64_t frozen_scope = 0, frozen_depth = 0, frozen_count = 0;
 }  // namespace
+
+OperandReuse::OperandReuse() { ++reuse_scope().depth; }
+OperandReuse::~OperandReuse() {
+  ReuseScope& r = reuse_scope();
+  if (--r.depth == 0) r.clear();
+}
 
 FrozenWeights::FrozenWeights() {
   if (frozen_depth++ == 0) frozen_scope = ++frozen_count;

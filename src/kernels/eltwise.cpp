@@ -1,6 +1,9 @@
 // Element-wise activation primitives of the kernel seam (eltwise.hpp): the
 // oneDNN float implementation where it is in force, else false (the layer's
-// own loop is the portable implementation).
+// own loop is the portable implementation). The compute format does not
+// enter: an activation is fp32 work under every policy (bf16 and fp16
+// round only the operands of the heavy primitives, backend.hpp), so a
+// reduced-precision run takes the float implementation too.
 #include "gpipe/kernels/eltwise.hpp"
 
 #include <type_traits>
@@ -9,7 +12,6 @@
 #include "gpipe/core/precision.hpp"
 #include "gpipe/kernels/backend.hpp"
 #include "implementations.hpp"
-#include "reduced.hpp"
 
 namespace gpipe::kernels {
 
@@ -17,8 +19,7 @@ namespace {
 template <class T>
 bool onednn_eltwise() {
 #ifdef GPIPE_ENABLE_ONEDNN
-  return std::is_same_v<T, float> && !reduced::active(compute_format()) &&
-         implementation(Primitive::eltwise, int(sizeof(T))) == Implementation::onednn;
+  return std::is_same_v<T, float> && implementation(Primitive::eltwise, int(sizeof(T))) == Implementation::onednn;
 #else
   return false;
 #endif

@@ -28,7 +28,8 @@ memory::desc flat(std::int64_t n) { return memory::desc({n}, memory::data_type::
 
 dnnl::eltwise_forward::primitive_desc forward_pd(Eltwise f, std::int64_t n) {
   return dnnl::eltwise_forward::primitive_desc(
-      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm_of(f), flat(n), 0.0f, 0.0f), engine());
+      dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, algorithm_of(f), flat(n), 0.0f, 0.0f),
+      user_scratchpad(), engine());
 }
 
 }  // namespace
@@ -36,8 +37,10 @@ dnnl::eltwise_forward::primitive_desc forward_pd(Eltwise f, std::int64_t n) {
 void eltwise_forward(const ExecSpace& space, Eltwise f, const float* x, float* y, std::int64_t n) {
   Entry& e = cache().get({0, int(f), n}, [&] {
     Entry entry;
-    entry.primitive = dnnl::eltwise_forward(forward_pd(f, n));
+    const auto pd = forward_pd(f, n);
+    entry.primitive = dnnl::eltwise_forward(pd);
     entry.args = {{DNNL_ARG_SRC, unbound(flat(n))}, {DNNL_ARG_DST, unbound(flat(n))}};
+    entry.use_scratchpad(pd.scratchpad_desc());
     return entry;
   });
   space.fence();
@@ -48,10 +51,12 @@ void eltwise_backward(const ExecSpace& space, Eltwise f, const float* x, const f
   Entry& e = cache().get({1, int(f), n}, [&] {
     Entry entry;
     const dnnl::eltwise_backward::primitive_desc pd(
-        dnnl::eltwise_backward::desc(algorithm_of(f), flat(n), flat(n), 0.0f, 0.0f), engine(), forward_pd(f, n));
+        dnnl::eltwise_backward::desc(algorithm_of(f), flat(n), flat(n), 0.0f, 0.0f), user_scratchpad(), engine(),
+        forward_pd(f, n));
     entry.primitive = dnnl::eltwise_backward(pd);
     entry.args = {{DNNL_ARG_SRC, unbound(flat(n))}, {DNNL_ARG_DIFF_DST, unbound(flat(n))},
                   {DNNL_ARG_DIFF_SRC, unbound(flat(n))}};
+    entry.use_scratchpad(pd.scratchpad_desc());
     return entry;
   });
   space.fence();

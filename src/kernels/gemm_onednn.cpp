@@ -3,7 +3,9 @@
 // plain memory descriptors with explicit strides, a transposed operand as
 // the same memory with swapped strides (no copy). alpha is the primitive's
 // output scale, beta a sum post-op (absent for beta = 0, so C is written
-// without being read), the bias of gemm_bias matmul's bias argument.
+// without being read), the bias of gemm_bias matmul's bias argument. Every
+// matmul takes its scratchpad from the caller (user scratchpad mode,
+// onednn_common.hpp), so an execution allocates nothing.
 #include <oneapi/dnnl/dnnl_version.h>
 
 #include <cstring>
@@ -62,7 +64,7 @@ Entry make_matmul(const memory::desc& a, const memory::desc& b, const memory::de
   const auto desc = bias ? dnnl::matmul::desc(a, b, *bias, c) : dnnl::matmul::desc(a, b, c);
   dnnl::matmul::primitive_desc pd;
   try {
-    pd = dnnl::matmul::primitive_desc(desc, attributes(alpha, beta), engine());
+    pd = dnnl::matmul::primitive_desc(desc, user_scratchpad(attributes(alpha, beta)), engine());
   } catch (const dnnl::error& e) {
     if (a.data_type() != bf16_t) throw;
     throw std::runtime_error(fmt::format(
@@ -74,6 +76,7 @@ Entry make_matmul(const memory::desc& a, const memory::desc& b, const memory::de
   e.primitive = dnnl::matmul(pd);
   e.args = {{DNNL_ARG_SRC, unbound(a)}, {DNNL_ARG_WEIGHTS, unbound(b)}, {DNNL_ARG_DST, unbound(c)}};
   if (bias) e.args.emplace(DNNL_ARG_BIAS, unbound(*bias));
+  e.use_scratchpad(pd.scratchpad_desc());
   return e;
 }
 
@@ -200,11 +203,12 @@ Entry make_packed_matmul(const memory::desc& a, std::int64_t k, std::int64_t n, 
                          const memory::desc& c, float alpha, float beta) {
   const memory::desc w = any_weights(k, n);
   const auto desc = bias ? dnnl::matmul::desc(a, w, *bias, c) : dnnl::matmul::desc(a, w, c);
-  const dnnl::matmul::primitive_desc pd(desc, attributes(alpha, beta), engine());
+  const dnnl::matmul::primitive_desc pd(desc, user_scratchpad(attributes(alpha, beta)), engine());
   Entry e;
   e.primitive = dnnl::matmul(pd);
   e.args = {{DNNL_ARG_SRC, unbound(a)}, {DNNL_ARG_WEIGHTS, unbound(pd.weights_desc())}, {DNNL_ARG_DST, unbound(c)}};
   if (bias) e.args.emplace(DNNL_ARG_BIAS, unbound(*bias));
+  e.use_scratchpad(pd.scratchpad_desc());
   return e;
 }
 

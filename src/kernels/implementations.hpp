@@ -49,6 +49,13 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, Cons
 void attention_backward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,
                         ConstMatrix<float> probs, ConstMatrix<float> d_out, Matrix<float> work,
                         Matrix<float> d_qkv);
+// oneDNN's softmax over `rows` rows of `tokens` contiguous floats, in place
+// (causal: the masked entries set to -inf first), and its backward
+// (dprobs = P .* (dprobs - rowsum(P .* dprobs)) in place): the attention's
+// fp32 softmax at float and under a reduced compute format (dispatch.cpp).
+void softmax_forward(const ExecSpace& space, float* probs, std::int64_t rows, std::int64_t tokens, bool causal);
+void softmax_backward(const ExecSpace& space, const float* probs, float* dprobs, std::int64_t rows,
+                      std::int64_t tokens, bool causal);
 // Prepacked parameter operands (gemm.hpp): `scope` is FrozenWeights::current(); 0 runs gemm_bias / gemm.
 void gemm_bias_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
                        Matrix<float> y, std::uint64_t scope);

@@ -13,8 +13,11 @@
 
 namespace gpipe::kernels::reduced {
 
-/// Workspace slots: operands in use at the same time take different slots.
-enum Slot : int { a = 0, b = 1, x = 2, w = 3, dy = 4, slots = 5 };
+/// Workspace slots: operands in use at the same time take different slots;
+/// held .. held + kHeld - 1 are the copies an OperandReuse scope keeps
+/// (gemm.hpp; dispatch.cpp), never taken by a conversion outside one.
+constexpr int kHeld = 4;
+enum Slot : int { a = 0, b = 1, x = 2, w = 3, dy = 4, held = 5, slots = held + kHeld };
 
 /// True when float primitives round their operands (bf16 or fp16).
 bool active(Format format);

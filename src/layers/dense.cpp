@@ -52,6 +52,7 @@ void Dense<T>::forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, Sa
 template <class T>
 void Dense<T>::backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                         SavedView<T> saved) {
+  const kernels::OperandReuse reuse;  // both products read dy: converted to bf16 once (gemm.hpp)
   backward_weights(ctx, x, dy, saved);
   backward_input(ctx, x, dy, dx, saved);
 }

@@ -622,6 +622,181 @@ TEST(ReducedPrecision, LayerFamiliesForwardAndGradientsAgainstFloat) {
       }
 }
 
+// Activations are fp32 work under every policy (only the heavy
+// primitives' operands are rounded): the GELU layer's forward and backward
+// under bf16 / fp16 are bitwise its float results, per implementation (the
+// oneDNN JIT eltwise too, where before a reduced format fell back to the
+// layer's scalar loop).
+TEST(ReducedPrecision, ActivationsUnderAReducedFormatAreTheFloatPath) {
+  const std::int64_t n = 5;
+  for (const Forced choice : forced_choices()) {
+    Selected sel(choice);
+    FloatLayer L("{type: gelu}", {37}, n);
+    const auto x = host_random(n * 37, 84), dy = host_random(n * 37, 85);
+    std::vector<float> wide(x);
+    for (auto& v : wide) v *= 6;  // the GELU's curved range and both tails
+    const auto ref = L.run(Format::fp32, {}, wide, dy);
+    for (const Format f : {Format::bf16, Format::fp16}) EXPECT_EQ(L.run(f, {}, wide, dy), ref) << name(choice) << " " << name(f);
+  }
+}
+
+// Dense::backward holds an OperandReuse scope (gemm.hpp): dY converted to
+// bf16 once for both products. Bitwise the two halves called apart (no
+// scope: dY converted per product), per implementation and route, with no
+// registered weight copy (so W is converted per call too and must not
+// overwrite the held dY), and a scope around a whole layer's backward
+// changes nothing either.
+TEST(ReducedPrecision, DenseBackwardReusesItsConvertedDy) {
+  const std::int64_t n = 6, in = 33, out = 17;
+  const auto x = host_random(n * in, 91), dy = host_random(n * out, 92);
+  for (const Forced choice : forced_choices()) {
+    Selected sel(choice);
+    FloatLayer L("{type: dense, units: 17}", {in}, n);
+    const ComputeScope scope(Format::bf16);
+    const ExecSpace space;
+    const auto X = test::to_device(x, n, in), DY = test::to_device(dy, n, out);
+    const PassContext ctx{11, 3, 5, true};
+    const auto run = [&](int how) {
+      Kokkos::deep_copy(L.grads, 0.0f);
+      Matrix<float> dx("dx", n, in);
+      if (how == 0) {
+        L.layer->backward(ctx, X, DY, dx, SavedView<float>());
+      } else if (how == 1) {
+        L.layer->backward_weights(ctx, X, DY, SavedView<float>());
+        L.layer->backward_input(ctx, X, DY, dx, SavedView<float>());
+      } else {
+        const kernels::OperandReuse outer;
+        L.layer->backward(ctx, X, DY, dx, SavedView<float>());
+        L.layer->backward(ctx, X, DY, dx, SavedView<float>());  // accumulates: the copies of the first are reused
+      }
+      auto got = test::to_host(dx);
+      for (float v : test::to_host(L.grads)) got.push_back(v);
+      return got;
+    };
+    const auto apart = run(1), together = run(0);
+    EXPECT_EQ(together, apart) << name(choice);
+    const auto twice = run(2);
+    ASSERT_EQ(twice.size(), apart.size());
+    for (size_t i = 0; i < size_t(n * in); ++i) EXPECT_EQ(twice[i], apart[i]) << name(choice) << " dx " << i;
+    for (size_t i = size_t(n * in); i < twice.size(); ++i)
+      EXPECT_EQ(twice[i], 2 * apart[i]) << name(choice) << " gradient " << i;  // x + x is exact
+  }
+}
+
+// The attention in bf16 is its five GEMMs through the public batched_gemm
+// (bf16 operands, fp32 results) around an fp32 softmax: out = P V,
+// dV = P^T dO, dQ = dS K / sqrt(dh), dK = dS^T Q / sqrt(dh), bitwise, with
+// P and dS as the attention returns them (probs, work). On the native route
+// the attention converts qkv, dO, P^T and dS^T once per call into the
+// layouts oneDNN's brgemm takes (head-major, transposes stored transposed,
+// head-major results scattered after; dispatch.cpp, to_heads), so there the
+// reference GEMMs read head-major float copies of Q, K, V, dO and host
+// transposes of P, dS and write head-major results (the same bf16 values
+// after the public GEMM's own conversion, the same oneDNN primitive);
+// elsewhere the interleaved qkv. P and dS themselves against double softmaxes of
+// S = Q K^T / sqrt(dh) and dP = dO V^T from the same public GEMMs, within a
+// few fp32 roundings per row of T terms.
+TEST(ReducedPrecision, AttentionIsItsGemmsThroughTheSeam) {
+  for (const bool causal : {false, true}) {
+    const kernels::AttentionShape s{3, 6, 2, 8, causal};
+    const std::int64_t N = s.samples * s.tokens, d = s.heads * s.head_width, T = s.tokens, n = s.samples, H = s.heads;
+    const std::int64_t P = n * H * T;
+    const float scale = 1.0f / float(std::sqrt(double(s.head_width)));
+    const kernels::Strided sq{T, s.head_width, 3 * d, T * 3 * d, s.head_width}, so{T, s.head_width, d, T * d, s.head_width},
+        sp{T, T, T, H * T * T, T * T};
+    auto qkv_h = host_random(N * 3 * d, 51);
+    for (auto& v : qkv_h) v *= 3;  // scores of a few units: P far from uniform
+    const auto dout_h = host_random(N * d, 52);
+    for (const Forced choice : forced_choices()) {
+      Selected sel(choice);
+      const ComputeScope scope(Format::bf16);
+      const ExecSpace space;
+      const Matrix<float> qkv = test::to_device(qkv_h, N, 3 * d), dout = test::to_device(dout_h, N, d);
+      Matrix<float> probs("p", P, T), out("o", N, d), work("w", P, T), dqkv("dqkv", N, 3 * d);
+      kernels::attention_forward<float>(space, s, qkv, probs, out);
+      kernels::attention_backward<float>(space, s, qkv, probs, dout, work, dqkv);
+      const bool native = kernels::implementation(kernels::Primitive::batched_gemm, 2) == kernels::Implementation::onednn;
+      // Head-major copies: [Q | K | V] each (n, H, T, dh), dO (n, H, T, dh).
+      const std::int64_t dh = s.head_width;
+      std::vector<float> heads_h(size_t(3 * N * d)), dout_heads_h(size_t(N * d));
+      for (std::int64_t part = 0; part < 3; ++part)
+        for (std::int64_t i = 0; i < n; ++i)
+          for (std::int64_t h = 0; h < H; ++h)
+            for (std::int64_t t = 0; t < T; ++t)
+              for (std::int64_t c = 0; c < dh; ++c) {
+                const size_t to = size_t((((part * n + i) * H + h) * T + t) * dh + c);
+                heads_h[to] = qkv_h[size_t((i * T + t) * 3 * d + part * d + h * dh + c)];
+                if (part == 0) dout_heads_h[to] = dout_h[size_t((i * T + t) * d + h * dh + c)];
+              }
+      const Matrix<float> heads = test::to_device(heads_h, 3, N * d), dout_heads = test::to_device(dout_heads_h, N, d);
+      const kernels::Strided hm{T, dh, dh, H * T * dh, T * dh}, sin = native ? hm : sq, sdo = native ? hm : so;
+      const float *q = native ? heads.data() : qkv.data(), *k = native ? q + N * d : q + d,
+                  *v = native ? q + 2 * N * d : q + 2 * d, *dO = native ? dout_heads.data() : dout.data();
+      const auto gemm = [&](Op ta, Op tb, float alpha, const float* a, const kernels::Strided& sa, const float* b,
+                            const kernels::Strided& sb, const kernels::Strided& sc, std::int64_t rows, std::int64_t cols,
+                            std::int64_t offset) {
+        Matrix<float> c("c", rows, cols);
+        Kokkos::deep_copy(c, 0.0f);
+        kernels::batched_gemm<float>(space, ta, tb, n, H, alpha, a, sa, b, sb, 0.0f, c.data() + offset, sc);
+        return test::to_host(c);
+      };
+      const auto o = test::to_host(out), dq3 = test::to_host(dqkv), p = test::to_host(probs), ds = test::to_host(work);
+      // Native: the head-major results of P V, P^T dO, dS K, dS^T Q with the
+      // transposed sources given as stored transposed (brgemm's layouts).
+      const auto transposed = [&](const std::vector<float>& m) {
+        std::vector<float> t(m.size());
+        for (std::int64_t blk = 0; blk < n * H; ++blk)
+          for (std::int64_t r = 0; r < T; ++r)
+            for (std::int64_t c = 0; c < T; ++c) t[size_t((blk * T + c) * T + r)] = m[size_t((blk * T + r) * T + c)];
+        return t;
+      };
+      const Matrix<float> pt = test::to_device(transposed(p), P, T), dst = test::to_device(transposed(ds), P, T);
+      std::vector<float> ro, rdv, rdq, rdk;
+      if (native) {
+        ro = gemm(Op::none, Op::none, 1.0f, probs.data(), sp, v, hm, hm, N, d, 0);
+        rdv = gemm(Op::none, Op::none, 1.0f, pt.data(), sp, dO, hm, hm, N, d, 0);
+        rdq = gemm(Op::none, Op::none, scale, work.data(), sp, k, hm, hm, N, d, 0);
+        rdk = gemm(Op::none, Op::none, scale, dst.data(), sp, q, hm, hm, N, d, 0);
+      } else {
+        ro = gemm(Op::none, Op::none, 1.0f, probs.data(), sp, v, sq, so, N, d, 0);
+        rdv = gemm(Op::transpose, Op::none, 1.0f, probs.data(), sp, dO, so, sq, N, 3 * d, 2 * d);
+        rdq = gemm(Op::none, Op::none, scale, work.data(), sp, k, sq, sq, N, 3 * d, 0);
+        rdk = gemm(Op::transpose, Op::none, scale, work.data(), sp, q, sq, sq, N, 3 * d, d);
+      }
+      for (std::int64_t r = 0; r < N; ++r)
+        for (std::int64_t c = 0; c < d; ++c) {
+          const size_t at = size_t(r * 3 * d + c);
+          const size_t hmi = size_t((((r / T) * H + c / dh) * T + r % T) * dh + c % dh);
+          EXPECT_EQ(o[size_t(r * d + c)], native ? ro[hmi] : ro[size_t(r * d + c)]) << name(choice) << " O " << r << "," << c;
+          EXPECT_EQ(dq3[at], native ? rdq[hmi] : rdq[at]) << name(choice) << " dQ " << r << "," << c;
+          EXPECT_EQ(dq3[at + size_t(d)], native ? rdk[hmi] : rdk[at + size_t(d)]) << name(choice) << " dK " << r << "," << c;
+          EXPECT_EQ(dq3[at + size_t(2 * d)], native ? rdv[hmi] : rdv[at + size_t(2 * d)]) << name(choice) << " dV " << r << "," << c;
+        }
+      // The softmax pair (fp32) on the GEMMs' S and dP.
+      const auto S = gemm(Op::none, Op::transpose, scale, q, sin, k, sin, sp, P, T, 0);
+      const auto dP = gemm(Op::none, Op::transpose, 1.0f, dO, sdo, v, sin, sp, P, T, 0);
+      const double tol = 4 * gamma32(T + 4);
+      for (std::int64_t r = 0; r < P; ++r) {
+        const std::int64_t last = causal ? r % T : T - 1;
+        double top = -1e300, sum = 0, dot = 0;
+        for (std::int64_t c = 0; c <= last; ++c) top = std::max(top, double(S[size_t(r * T + c)]));
+        for (std::int64_t c = 0; c <= last; ++c) sum += std::exp(double(S[size_t(r * T + c)]) - top);
+        for (std::int64_t c = 0; c <= last; ++c) dot += double(p[size_t(r * T + c)]) * dP[size_t(r * T + c)];
+        for (std::int64_t c = 0; c < T; ++c) {
+          const size_t at = size_t(r * T + c);
+          const double ref = c <= last ? std::exp(double(S[at]) - top) / sum : 0.0;
+          EXPECT_NEAR(p[at], ref, tol * (ref + 1e-3)) << name(choice) << " P " << r << "," << c;
+          const double dref = c <= last ? double(p[at]) * (double(dP[at]) - dot) : 0.0;
+          double bound = 0;
+          for (std::int64_t e = 0; e <= last; ++e) bound += std::abs(double(p[size_t(r * T + e)]) * dP[size_t(r * T + e)]);
+          EXPECT_NEAR(ds[at], dref, tol * double(p[at]) * (std::abs(double(dP[at])) + bound) + 1e-30)
+              << name(choice) << " dS " << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(WireFormat, PackUnpackRoundsToNearestEven) {
   const std::vector<float> v = {1.0f, 1.00390625f, 1.01171875f, -3.5f, 65504.0f, 65520.0f, 1e-8f, 3.0e38f};
   const Matrix<float> src = test::to_device(v, 1, std::int64_t(v.size()));

@@ -165,6 +165,11 @@ Bf16Route selected_bf16_route();
 ///   batched_gemm      every A(o,i), B(o,i) rounded; C fp32
 ///   attention         its five batched GEMMs' operands rounded (Q, K, V,
 ///                     P, dO, dS); the softmax and its backward in fp32
+///                     (oneDNN's where implementation(attention, 4) is
+///                     oneDNN); on the native bf16 route each operand is
+///                     converted once per call, into the head-major and
+///                     transposed layouts oneDNN's brgemm takes (dispatch.cpp)
+///   eltwise           not rounded: fp32 work on implementation(eltwise, 4)
 ///   conv2d            x, w and dy rounded; y, dx, dw, db fp32
 /// With bf16 the oneDNN implementation (where chosen: implementation(p, 2);
 /// `auto` chooses it where bf16_native_rule says so: AMX, or an AMD CPU

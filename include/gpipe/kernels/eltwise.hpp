@@ -4,8 +4,9 @@
 // The portable implementation is the activation layer's own Kokkos loop
 // (src/layers/activations.cpp): these functions return false when it is in
 // force, and the layer then runs it, so the portable path is one source.
-// The oneDNN implementation (float, host memory; not under a reduced compute
-// format, whose runs keep the portable loop) is oneDNN's JIT eltwise
+// The oneDNN implementation (float, host memory; also under a reduced
+// compute format: an activation is fp32 work there, so bf16 / fp16 runs
+// take implementation(eltwise, 4) and give bitwise the float results) is oneDNN's JIT eltwise
 // primitive, cached by length: forward and backward about 10x the scalar
 // loop here (perf/README.md, "Issue 21: where the time goes"). Rounding
 // differs from the portable loop's (within a few float roundings; tested in

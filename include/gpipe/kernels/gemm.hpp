@@ -83,6 +83,25 @@ class FrozenWeights {
   static std::int64_t packed_bytes();
 };
 
+/// Reuse of reduced-precision operand copies: while an object of this class
+/// lives (scopes nest; the outermost counts), a float operand that a GEMM
+/// of the seam converts to bf16 (the native bf16 route: compute format bf16
+/// with oneDNN's bf16 primitives) stays converted, and a later GEMM of the
+/// scope reading a range inside it reads that copy instead of converting
+/// it again: the same bf16 values, so bitwise the same results. The caller
+/// promises that, while the scope lives, no operand range it passed is
+/// written except as the output of a seam GEMM (an output drops the copies
+/// it overlaps). Dense::backward holds one around its weight and input
+/// gradients, which both read dY. No effect on other routes and formats.
+/// Not thread-safe: one host thread per process calls the seam.
+class OperandReuse {
+ public:
+  OperandReuse();
+  ~OperandReuse();
+  OperandReuse(const OperandReuse&) = delete;
+  OperandReuse& operator=(const OperandReuse&) = delete;
+};
+
 /// One operand of a strided-batched GEMM over a 2-level batch (outer,
 /// inner): matrix (o, i) is the row-major (rows, cols) matrix at
 /// data + o * outer_stride + i * inner_stride with leading dimension ld
