@@ -99,6 +99,12 @@ def load(out):
             points[(K, M, schedule)]["hop_step"] = hop["step_time_s"]
         except (OSError, ValueError, KeyError):
             pass
+        try:  # ... and with the per-hop delay measured from 1f1b's trace at this point (CALIBRATE of the .sh)
+            cal = json.load(open(base + ".calibrated.json"))
+            points[(K, M, schedule)]["calibrated_step"] = cal["step_time_s"]
+            points[(K, M, schedule)]["calibrated_hop_us"] = cal["wait_hop_us"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
         try:  # ... and with the run's own per-hop delay (perf/wake_probe.py during the run)
             probed = json.load(open(base + ".probed.json"))
             points[(K, M, schedule)]["probed_step"] = probed["step_time_s"]
@@ -206,6 +212,33 @@ def main():
                 h = implied_hop_us(p, hop_us) if p else None
                 cells.append("-" if h is None else f"{h:.0f} ({hop_slope(p, hop_us) * 1e5:.1f} ms)")
             print(f"| {K} | {M} | " + " | ".join(cells) + " |")
+    calibrated = {k: p for k, p in points.items() if "calibrated_step" in p}
+    if calibrated:
+        print("\nTarget 3 with the per-hop delay measured from 1f1b's trace at the same (K, M) (perf/hop_delay.py, "
+              "mean of send posted -> waiting receiver's wake; gpipe-plan --wait-hop-us). 1f1b is the calibration "
+              "run: its own point is in-sample and not counted\n")
+        print("| schedule | points | worst predicted / measured - 1 | within 5 % |")
+        print("|---|---|---|---|")
+        total = inside_all = 0
+        for s in SCHEDULES:
+            errs = [p["calibrated_step"] / p["step"] - 1 for (_, _, t), p in calibrated.items() if t == s]
+            if not errs:
+                continue
+            inside = sum(abs(e) <= 0.05 for e in errs)
+            note = " (in-sample)" if s == "1f1b" else ""
+            if s != "1f1b":
+                total += len(errs)
+                inside_all += inside
+            print(f"| {s}{note} | {len(errs)} | {max(errs, key=abs):+.3f} | {inside} of {len(errs)} |")
+        print(f"\nOut of sample: {inside_all} of {total} within 5 %.\n")
+        print("| K | M | hop us (1f1b's trace) | " + " | ".join(SCHEDULES) + " |")
+        print("|---|---|---|" + "---|" * len(SCHEDULES))
+        for (K, M) in sorted({(k, m) for (k, m, _) in calibrated}):
+            row = [calibrated.get((K, M, s)) for s in SCHEDULES]
+            hop = next(p["calibrated_hop_us"] for p in row if p)
+            print(f"| {K} | {M} | {hop:.0f} | " +
+                  " | ".join(f"{p['predicted_step'] / p['step'] - 1:+.3f} -> {p['calibrated_step'] / p['step'] - 1:+.3f}"
+                             if p else "-" for p in row) + " |")
     probed = {k: p for k, p in points.items() if "probed_step" in p}
     if probed:
         errs = {s: [p["probed_step"] / p["step"] - 1 for (_, _, t), p in probed.items() if t == s] for s in SCHEDULES}

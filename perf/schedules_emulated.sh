@@ -28,6 +28,13 @@
 #               prediction uses its hop_us (--wait-hop-us); default 0: under
 #               load its hop_us (0.5-5 ms) over-prices the hop 2-10 x
 #               (perf/README.md, "Issue 23: ZB-V's own order ...")
+#   CALIBRATE   1 (default): after the runs, the per-hop delay measured from
+#               1f1b's trace at each (K, M) (perf/hop_delay.py: send posted to
+#               the waiting receiver's wake, mean) prices every OTHER schedule's
+#               prediction at that point (gpipe-plan --wait-hop-us;
+#               OUT/<point>.calibrated.json): a calibration from one run,
+#               judged on the others (1f1b's own is in-sample and left out of
+#               the count); 0: skip
 #   GPIPE_TRAIN, GPIPE_PLAN (default build/apps/gpipe-{train,plan}), MPIRUN
 #   (default mpirun), PYTHON (with h5py).
 #
@@ -124,6 +131,26 @@ for k in $cells; do
     done
   done
 done
+calibrate=${CALIBRATE:-1}
+if [ "$calibrate" = 1 ]; then
+  for k in $cells; do
+    for m in $((2 * k)) $((4 * k)); do
+      ref="$out/K${k}_M${m}_1f1b.h5"
+      [ -f "$ref" ] || continue
+      hop=$("$py" perf/hop_delay.py --mean-us "$ref" 2>/dev/null) || continue
+      n=$((rows * m))
+      for s in $schedules; do
+        v=1
+        [ "$s" != interleaved_1f1b ] || v=$chunks
+        name="K${k}_M${m}_${s}"
+        "$plan" "$deck" --set training.batch_size="$n" --set training.micro_batches="$m" --set pipeline.schedule="$s" \
+          --set pipeline.chunks="$v" --set parallel.cells="$k" --set pipeline.wait="$wait" --ranks "$k" \
+          --wait-hop-us "$hop" --json > "$out/$name.calibrated.json" 2> "$out/$name.calibrated.log" ||
+          rm -f "$out/$name.calibrated.json"
+      done
+    done
+  done
+fi
 echo "finished: $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$out/study.txt"
 "$py" perf/schedules_emulated.py "$out" || failed=1
 exit "$failed"

@@ -23,6 +23,17 @@ std::vector<MicroBatch> split_batch(std::int64_t batch, int micro_batches) {
   return out;
 }
 
+bool slot_rows_stacked(const std::vector<MicroBatch>& split, const std::vector<int>& slot, int m, int count,
+                       std::int64_t capacity) {
+  if (count < 1 || m < 0 || size_t(m + count) > split.size() || size_t(m + count) > slot.size()) return false;
+  for (int q = m; q < m + count; ++q) {
+    if (slot[size_t(q)] < 0 || slot[size_t(q)] != slot[size_t(m)] + (q - m)) return false;
+    if (q + 1 < m + count && split[size_t(q)].size != capacity) return false;
+    if (split[size_t(q)].size > capacity) return false;
+  }
+  return true;
+}
+
 double bubble_fraction(int cells, int micro_batches) {
   return double(cells - 1) / double(micro_batches + cells - 1);
 }

@@ -226,8 +226,18 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
   const auto packed16 = [&](const std::string& name, std::int64_t cols) {
     return Packed16(uninitialized(name), size_t(rows * cols));
   };
+  // Without 16-bit storage each layer's slots are one allocation (slot s at
+  // row s x rows): a grouped W reads consecutive slots' rows in place.
+  const auto block = [&](const char* what, int l, int slots, std::int64_t cols) {
+    return slots > 0 ? Vector<T>(uninitialized(fmt::format("gpipe::Cell::{}[{}]", what, l)), slots * rows * cols)
+                     : Vector<T>();
+  };
   if (storage16_) weight_grads16_.resize(size_t(plan.weight_grad.slots));
   else weight_grads_.resize(size_t(plan.weight_grad.slots));
+  for (int l = 0; l + 1 < count && !storage16_; ++l)
+    weight_grad_block_.push_back(splits_[size_t(l)] ? block("weight_grad", l, plan.weight_grad.slots,
+                                                            layers_[size_t(l)]->out_features())
+                                                    : Vector<T>());
   for (int s = 0; s < plan.weight_grad.slots; ++s)
     for (int l = 0; l + 1 < count; ++l) {
       const std::string name = fmt::format("gpipe::Cell::weight_grad[{}][{}]", s, l);
@@ -235,19 +245,23 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
       if (storage16_)
         weight_grads16_[size_t(s)].push_back(splits_[size_t(l)] ? packed16(name, cols) : Packed16());
       else
-        weight_grads_[size_t(s)].push_back(splits_[size_t(l)] ? Matrix<T>(uninitialized(name), rows, cols)
-                                                              : Matrix<T>());
+        weight_grads_[size_t(s)].push_back(
+            splits_[size_t(l)] ? Matrix<T>(weight_grad_block_[size_t(l)].data() + s * rows * cols, rows, cols)
+                               : Matrix<T>());
     }
   if (storage16_) kept16_.resize(size_t(plan.activations.slots));
   else kept_.resize(size_t(plan.activations.slots));
   saved_.resize(size_t(plan.activations.slots));
+  for (int l = 0; l + 1 < count && !storage16_; ++l)
+    kept_block_.push_back(block("activation", l, plan.activations.slots, layers_[size_t(l)]->out_features()));
   for (int s = 0; s < plan.activations.slots; ++s) {
     for (int l = 0; l + 1 < count; ++l) {
       const std::string name = fmt::format("gpipe::Cell::activation[{}][{}]", s, l);
+      const std::int64_t cols = layers_[size_t(l)]->out_features();
       if (storage16_)
-        kept16_[size_t(s)].push_back(packed16(name, layers_[size_t(l)]->out_features()));
+        kept16_[size_t(s)].push_back(packed16(name, cols));
       else
-        kept_[size_t(s)].emplace_back(uninitialized(name), rows, layers_[size_t(l)]->out_features());
+        kept_[size_t(s)].emplace_back(kept_block_[size_t(l)].data() + s * rows * cols, rows, cols);
       saved_[size_t(s)].push_back(saved_buffer(l, fmt::format("gpipe::Cell::saved[{}][{}]", s, l)));
     }
   }
@@ -586,14 +600,27 @@ void Stage<T>::backward_weights(int m, int count) {
       const std::int64_t begin_row = first_mb.offset;
       const std::int64_t rows = state_.split[size_t(end - 1)].offset + state_.split[size_t(end - 1)].size - begin_row;
       const std::int64_t in = layers_[size_t(l)]->in_features(), out = layers_[size_t(l)]->out_features();
-      const Matrix<T> dy(group_dy_.data(), rows, out);
       const bool from_batch = l == 0 && links_.source == StageSource::Batch;
-      const Matrix<T> stacked_x(from_batch ? nullptr : group_x_.data(), from_batch ? 0 : rows, in);
+      // In place when the group's micro-batches sit in consecutive slots of
+      // the layer's one allocation (the same values, so the same GEMM).
+      const bool dy_in_place = !storage16_ && l + 1 < layers &&
+                               slot_rows_stacked(state_.split, plan_->weight_grad.slot, m, count, capacity_);
+      const bool x_in_place = !storage16_ && l > 0 &&
+                              slot_rows_stacked(state_.split, plan_->activations.slot, m, count, capacity_);
+      const Matrix<T> dy(dy_in_place ? weight_grads_[size_t(plan_->weight_grad.slot[size_t(m)])][size_t(l)].data()
+                                     : group_dy_.data(),
+                         rows, out);
+      const Matrix<T> stacked_x(from_batch   ? nullptr
+                                : x_in_place ? kept_[size_t(plan_->activations.slot[size_t(m)])][size_t(l - 1)].data()
+                                             : group_x_.data(),
+                                from_batch ? 0 : rows, in);
       for (int q = m; q < end; ++q) {
         const auto& mb = state_.split[size_t(q)];
         const auto at = std::make_pair(mb.offset - begin_row, mb.offset - begin_row + mb.size);
-        Kokkos::deep_copy(options_.space, Kokkos::subview(dy, at, Kokkos::ALL), output_grad(q, l));
-        if (!from_batch) Kokkos::deep_copy(options_.space, Kokkos::subview(stacked_x, at, Kokkos::ALL), layer_input(q, l));
+        if (!dy_in_place) Kokkos::deep_copy(options_.space, Kokkos::subview(dy, at, Kokkos::ALL), output_grad(q, l));
+        if (!from_batch && !x_in_place)
+          Kokkos::deep_copy(options_.space, Kokkos::subview(stacked_x, at, Kokkos::ALL), layer_input(q, l));
+        stacked_rows_copied_ += (dy_in_place ? 0 : mb.size) + (from_batch || x_in_place ? 0 : mb.size);
       }
       const ConstMatrix<T> x =
           from_batch ? ConstMatrix<T>(Kokkos::subview(state_.batch_inputs, std::make_pair(begin_row, begin_row + rows),

@@ -236,5 +236,60 @@ TEST(Stages, HandWrittenVScheduleLocalHandOff) {
   }
 }
 
+
+// Grouped W in place: zero_bubble with w_group M holds every micro-batch's
+// kept activations and output gradients in consecutive slots of one
+// allocation per layer, so each stage copies only the rows it does not keep
+// itself (the received stage input of its first layer, the output gradient
+// of its last) into the stacking buffers, and its gradients are bitwise
+// those of one rank with the same groups.
+TEST(Stages, GroupedWReadsKeptRowsInPlace) {
+  const int K = world_size(), M = 2 * K;  // kBatch / M rows each, every slot full
+  const Deck d = parse_deck(deck(M, "1f1b", 1), "test-deck");
+  const Dataset set = data();
+  const auto inputs = test::to_device<double>(std::vector<double>(set.inputs.begin(), set.inputs.begin() + kBatch * kInput),
+                                           kBatch, kInput);
+  const auto labels = test::labels(std::vector<std::int32_t>(set.labels.begin(), set.labels.begin() + kBatch));
+  const Targets<double> targets{ConstLabelVector(labels)};
+  CellOptions options;
+  options.max_batch = kBatch;
+  options.micro_batches = M;
+  options.schedule = ScheduleKind::ZeroBubble;
+  options.w_group = M;
+  options.seed = d.seed;
+  Partition whole;
+  whole.counts = {9};
+  Runner<double> one(d.model, whole, MPI_COMM_SELF, options);
+  one.zero_gradients();
+  one.train_step(inputs, targets, kBatch, 0);
+  const auto ref_grads = test::to_host(one.gradients());
+  const auto ref_offsets = one.parameter_offsets();
+  Partition split;
+  for (int k = 0; k < K; ++k) split.counts.push_back(9 / K + (k >= K - 9 % K ? 1 : 0));
+  Runner<double> r(d.model, split, MPI_COMM_WORLD, options);
+  r.zero_gradients();
+  r.train_step(inputs, targets, kBatch, 0);
+  // The rows each stage must copy: its first layer's received input, its last layer's output gradient.
+  const auto grouped = [&](int l) {
+    const auto& layer = *r.layers()[size_t(l)];
+    return layer.splits_backward() && layer.whole_batch_weights();
+  };
+  const int count = int(r.layers().size());
+  const std::int64_t want = ((world_rank() > 0 && grouped(0)) ? kBatch : 0) + (grouped(count - 1) ? kBatch : 0);
+  ASSERT_EQ(r.stages().size(), 1u);
+  EXPECT_EQ(r.stages()[0]->stacked_rows_copied(), want) << "rank " << world_rank();
+  ASSERT_EQ(one.stages().size(), 1u);
+  const auto& last = *one.layers().back();  // one rank: only the loss's gradient of the last layer
+  EXPECT_EQ(one.stages()[0]->stacked_rows_copied(), last.splits_backward() && last.whole_batch_weights() ? kBatch : 0);
+  const auto grads = test::to_host(r.gradients());
+  const auto offsets = r.parameter_offsets();
+  for (int l = 0; l < count; ++l) {
+    const int g = r.global_layer(l);
+    const std::vector<double> mine(grads.begin() + offsets[size_t(l)], grads.begin() + offsets[size_t(l) + 1]);
+    const std::vector<double> ref(ref_grads.begin() + ref_offsets[size_t(g)], ref_grads.begin() + ref_offsets[size_t(g) + 1]);
+    EXPECT_EQ(mine, ref) << "layer " << g;
+  }
+}
+
 }  // namespace
 }  // namespace gpipe

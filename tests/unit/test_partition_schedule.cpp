@@ -167,3 +167,26 @@ TEST(Schedule, InterleavedOneFOneB) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+// A grouped W reads its micro-batches' rows in place exactly when they are
+// one run of rows in the layer's slot allocation (docs/design.md, "Grouped W").
+TEST(GroupedWRows, InPlaceOnlyForConsecutiveFullSlots) {
+  const std::vector<MicroBatch> even = split_batch(32, 4);  // 8 rows each
+  EXPECT_TRUE(slot_rows_stacked(even, {0, 1, 2, 3}, 0, 4, 8));
+  EXPECT_TRUE(slot_rows_stacked(even, {4, 0, 1, 2}, 1, 3, 8));   // slots 0, 1, 2
+  EXPECT_FALSE(slot_rows_stacked(even, {4, 0, 1, 2}, 0, 2, 8));  // slots 4, 0
+  EXPECT_FALSE(slot_rows_stacked(even, {1, 0, 2, 3}, 0, 2, 8));  // descending
+  EXPECT_FALSE(slot_rows_stacked(even, {0, 1, 2, 3}, 0, 4, 9));  // rows short of a slot: gaps
+  EXPECT_TRUE(slot_rows_stacked(even, {0, 1, 2, 3}, 2, 1, 8));
+  EXPECT_FALSE(slot_rows_stacked(even, {0, -1, 2, 3}, 0, 3, 8));
+  EXPECT_FALSE(slot_rows_stacked(even, {0, 1, 2, 3}, 2, 3, 8));  // past the last micro-batch
+  EXPECT_FALSE(slot_rows_stacked(even, {0, 1, 2, 3}, 0, 0, 8));
+  const std::vector<MicroBatch> uneven = split_batch(30, 4);  // 8, 8, 7, 7
+  EXPECT_TRUE(slot_rows_stacked(uneven, {0, 1, 2, 3}, 0, 3, 8));   // only the last member short
+  EXPECT_FALSE(slot_rows_stacked(uneven, {0, 1, 2, 3}, 0, 4, 8));  // a short member inside
+  EXPECT_TRUE(slot_rows_stacked(uneven, {0, 1, 2, 3}, 2, 1, 8));
+}
+}  // namespace
+}  // namespace gpipe

@@ -154,6 +154,10 @@ class Stage {
   /// Starts a run of a schedule whose plan for this stage is `plan` (it
   /// must outlive the run).
   void begin(const CellBufferPlan& plan);
+  /// Rows copied into the grouped W's stacking buffers since construction
+  /// (those of a group whose slots are not consecutive, the stage input's
+  /// and the last layer's output gradient; the rest are read in place).
+  std::int64_t stacked_rows_copied() const { return stacked_rows_copied_; }
   /// Posts the receives of micro-batch m (the input from stage - 1; in
   /// training, the gradient from stage + 1).
   void post_receives(int m);
@@ -206,6 +210,7 @@ class Stage {
   int last_backward_ = -1;  // micro-batch of this stage's last Backward or BackwardInput op in training
   int last_weights_ = -1;   // micro-batch of its last BackwardWeights op (-1: none)
   std::int64_t activation_bytes_ = 0;
+  std::int64_t stacked_rows_copied_ = 0;
 
   // Buffers indexed by buffer-plan slot (pipeline/buffer_plan.hpp).
   std::vector<BoundaryBuffer<T>> inputs_;       // [micro_batch slot] received inputs (source Receive)
@@ -223,6 +228,10 @@ class Stage {
   std::vector<bool> group_w_;                   // [l] a grouped W stacks layer l's rows (whole_batch_weights)
   Vector<T> group_x_, group_dy_;                // grouped W: (weight_group x rows) x the widest input / output
   std::vector<std::vector<Matrix<T>>> kept_;    // [activations slot][l] outputs of layers 0..L-2
+  // One allocation per layer l for all slots of kept_ (slot s: rows s x capacity
+  // ..) and of weight_grads_: a grouped W whose micro-batches sit in consecutive
+  // slots reads their rows in place (slot_rows_stacked) instead of stacking copies.
+  std::vector<Vector<T>> kept_block_, weight_grad_block_;  // [l]
   std::vector<std::vector<Vector<T>>> saved_;   // [activations slot][l] saved state of layers 0..L-2
   Matrix<T> logits_;                            // sink Loss: (capacity, classes)
   Vector<T> grad_ping_, grad_pong_;             // backward temporaries
