@@ -20,6 +20,7 @@ class Flatten final : public Layer<T> {
                 SavedView<T>) override {
     if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
+  bool preserves_values() const override { return true; }  // copies
 };
 
 LayerEntry flatten_entry() {

@@ -44,30 +44,44 @@ class Pool2d final : public Layer<T> {
     const std::int64_t n = std::int64_t(x.extent(0)), C = g_.channels, H = g_.height, W = g_.width;
     const std::int64_t OH = g_.out_h(), OW = g_.out_w(), KH = g_.kernel_h, KW = g_.kernel_w;
     const std::int64_t SH = g_.stride_h, SW = g_.stride_w;
+    // One output row (sample i, channel c, output row oh) per work item, its
+    // OW outputs in a loop over raw pointers: the rank-2 MDRange over single
+    // outputs cost about 8 ns an output on one host thread (10 % of a CNN
+    // step; perf/README.md, "Issue 22: the CNN's bf16 step on AMX"). The
+    // same comparisons in the same order, so the same maxima and arguments.
+    const std::int64_t count = C * OH * OW;
     Kokkos::parallel_for(
         Max ? "gpipe::MaxPool2d::forward" : "gpipe::AvgPool2d::forward",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * OH * OW}),
-        KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t o) {
-          const std::int64_t c = o / (OH * OW), oh = (o / OW) % OH, ow = o % OW;
-          const std::int64_t base = (c * H + oh * SH) * W + ow * SW;
+        Kokkos::RangePolicy<ExecSpace>(ctx.space, 0, n * C * OH), KOKKOS_LAMBDA(const std::int64_t r) {
+          const std::int64_t i = r / (C * OH), c = (r / OH) % C, oh = r % OH;
+          const std::int64_t row = (c * H + oh * SH) * W, first = (c * OH + oh) * OW;
+          const T* in = &x(i, 0);
+          T* out = &y(i, first);
           if (Max) {
-            T best = x(i, base);
-            std::int64_t arg = base;
-            for (std::int64_t a = 0; a < KH; ++a)
-              for (std::int64_t b = 0; b < KW; ++b) {
-                const T v = x(i, base + a * W + b);
-                if (v > best) {
-                  best = v;
-                  arg = base + a * W + b;
+            T* arg = saved.data() + i * count + first;
+            for (std::int64_t ow = 0; ow < OW; ++ow) {
+              const std::int64_t base = row + ow * SW;
+              T best = in[base];
+              std::int64_t at = base;
+              for (std::int64_t a = 0; a < KH; ++a)
+                for (std::int64_t b = 0; b < KW; ++b) {
+                  const T v = in[base + a * W + b];
+                  if (v > best) {
+                    best = v;
+                    at = base + a * W + b;
+                  }
                 }
-              }
-            y(i, o) = best;
-            saved(i * C * OH * OW + o) = T(arg);
+              out[ow] = best;
+              arg[ow] = T(at);
+            }
           } else {
-            T sum = T(0);
-            for (std::int64_t a = 0; a < KH; ++a)
-              for (std::int64_t b = 0; b < KW; ++b) sum += x(i, base + a * W + b);
-            y(i, o) = sum / T(KH * KW);
+            for (std::int64_t ow = 0; ow < OW; ++ow) {
+              const std::int64_t base = row + ow * SW;
+              T sum = T(0);
+              for (std::int64_t a = 0; a < KH; ++a)
+                for (std::int64_t b = 0; b < KW; ++b) sum += in[base + a * W + b];
+              out[ow] = sum / T(KH * KW);
+            }
           }
         });
   }
@@ -119,6 +133,10 @@ class Pool2d final : public Layer<T> {
           dx(i, e) = sum / T(KH * KW);
         });
   }
+
+  /// Max pooling with disjoint windows: y selects values of x, each dx is
+  /// 0 + one value of dy, or 0.
+  bool preserves_values() const override { return Max && g_.stride_h >= g_.kernel_h && g_.stride_w >= g_.kernel_w; }
 
  private:
   detail::Window2d g_;

@@ -335,14 +335,17 @@ Matrix<T> Stage<T>::forward_output(int m, int layer) const {
 }
 
 template <class T>
-void Stage<T>::store_output(int m, int layer, const Matrix<T>& y) {
+void Stage<T>::store_output(int m, int layer, const Matrix<T>& y, bool exact) {
   if constexpr (std::is_same_v<T, float>) {
     if (layer + 1 < int(layers_.size())) {
-      round_and_pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()),
-                          kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data());
+      std::uint16_t* slot = kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data();
+      if (exact)  // y holds representable values: packed, not written back
+        pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()), slot);
+      else
+        round_and_pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()), slot);
       return;
     }
-    round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+    if (!exact) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
     if (links_.sink == StageSink::Send) outputs_[size_t(plan_->micro_batch.slot[size_t(m)])].store(y);
   }
 }
@@ -433,9 +436,13 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
       const Matrix<T> y = layer_output(m, l);  // 16-bit storage: a float working buffer
       layers_[size_t(l)]->forward(ctx, x, y, layer_saved(m, l));
       // 16-bit wire: every activation a 16-bit value (16-bit storage: rounded
-      // and packed in one pass, store_output)
-      if (storage16_) store_output(m, l, y);
-      else if (packed_wire(options_.wire)) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+      // and packed in one pass, store_output). A layer that preserves values
+      // (ReLU, disjoint max pooling, flatten) of a rounded input (l > 0: the
+      // previous layer's rounded output) needs no rounding.
+      const bool exact = l > 0 && layers_[size_t(l)]->preserves_values();
+      if (storage16_) store_output(m, l, y, exact);
+      else if (packed_wire(options_.wire) && !exact)
+        round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
       x = y;
     }
     if (!whole_stage) return;  // a recompute stops before the stage output
@@ -523,7 +530,11 @@ void Stage<T>::backward(int m, bool split) {
                                      layer_saved(m, l));
         if (final_gradients) state_.gradient_final(local);
       }
-      if (packed_wire(options_.wire) && dx.data())  // 16-bit wire: every input gradient a 16-bit value
+      // 16-bit wire: every input gradient a 16-bit value; none to round where
+      // the layer preserves values of a rounded dy (l + 1 < count: the next
+      // layer's rounded dx).
+      const bool exact = l + 1 < count && layers_[size_t(l)]->preserves_values();
+      if (packed_wire(options_.wire) && dx.data() && !exact)
         round_activations(options_.space, options_.wire, dx.data(), std::int64_t(dx.span()));
       if constexpr (std::is_same_v<T, float>) {
         if (storage16_ && l > 0 && split && splits_[size_t(l - 1)])  // kept for layer l-1's W op

@@ -3,9 +3,15 @@
 // output has the same shape. No parameters; backward recomputes f'(x) from
 // the input x. FLOPs: Op::kFlops per element in forward, again in backward.
 
+#include <type_traits>
+
 #include "gpipe/layers/layer.hpp"
 
 namespace gpipe {
+
+struct ReluOp;
+struct TanhOp;
+struct GeluOp;
 
 /// Element-wise layer over an activation functor `Op` with static
 /// value(x) and derivative(x). The instantiations below are the public types.
@@ -16,13 +22,11 @@ class Elementwise final : public Layer<T> {
   void forward(const PassContext& ctx, ConstMatrix<T> x, Matrix<T> y, SavedView<T> saved) override;
   void backward(const PassContext& ctx, ConstMatrix<T> x, ConstMatrix<T> dy, Matrix<T> dx,
                 SavedView<T> saved) override;
+  /// ReLU: y is x or 0, dx is dy or dy * 0 (NaN for a NaN x).
+  bool preserves_values() const override { return std::is_same_v<Op, ReluOp>; }
   using Layer<T>::forward;
   using Layer<T>::backward;
 };
-
-struct ReluOp;
-struct TanhOp;
-struct GeluOp;
 
 /// max(0, x); derivative 1 for x > 0, else 0.
 template <class T>

@@ -115,6 +115,13 @@ class Layer {
   /// nothing. backward() of a splitting layer must equal
   /// backward_weights() followed by backward_input() bitwise.
   virtual bool splits_backward() const { return false; }
+  /// True if every value of y is a value of x or zero and every value of
+  /// dx a value of dy, a sum of zero and one value of dy, or zero (ReLU,
+  /// max pooling with disjoint windows, flatten): x and dy exactly
+  /// representable in a 16-bit format then make y and dx so. The cell then
+  /// skips the policy's rounding of this layer's output and input gradient
+  /// (the same bits: rounding a representable value returns it).
+  virtual bool preserves_values() const { return false; }
   /// True if the layer honours PassContext::accumulate_gradients == false
   /// (writes its parameter gradients instead of adding them). The cell
   /// zeroes the gradients of every other layer before a step's first

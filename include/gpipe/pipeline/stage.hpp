@@ -247,7 +247,9 @@ class Stage {
   std::vector<std::vector<Kokkos::View<std::uint16_t*, MemSpace>>> weight_grads16_;  // [weight_grad slot][l]
   Vector<T> input_work_;  // (capacity x the widest layer input): a 16-bit input unpacked
   Matrix<T> forward_output(int m, int layer) const;  // 16-bit storage: where Forward(m) writes layer's output
-  void store_output(int m, int layer, const Matrix<T>& y);  // 16-bit storage: rounds y and packs it into its slot
+  // 16-bit storage: rounds y and packs it into its slot (`exact`: y already
+  // representable, Layer::preserves_values, so it is only packed).
+  void store_output(int m, int layer, const Matrix<T>& y, bool exact);
 };
 
 /// Bytes of activation storage stage `stage` of `partition` (over
