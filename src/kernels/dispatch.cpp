@@ -518,7 +518,8 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
 }
 
 // Parameter operands (gemm.hpp): prepacked in a FrozenWeights scope on the
-// oneDNN float path without a reduced compute format; everywhere else the
+// oneDNN float path without a reduced compute format, and on oneDNN's bf16
+// path where W lies in the registered bf16 weight copy; everywhere else the
 // plain gemm_bias / gemm.
 namespace {
 std::uint64_t frozen_scope = 0, frozen_depth = 0, frozen_count = 0;
@@ -553,6 +554,21 @@ template <class T>
 void gemm_bias_weights(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias, Matrix<T> y) {
 #ifdef GPIPE_ENABLE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
+    // bf16 in a scope, W inside the registered weight copy's range: W
+    // converted and packed once per scope (gemm_onednn.cpp,
+    // gemm_bias_weights_bf16), the copy itself not read.
+    if (const Format f = compute_format();
+        frozen_scope != 0 && onednn_bf16(f, Primitive::gemm_bias) && x.extent(0) > 0 && x.extent(1) > 0) {
+      if (reduced::in_weight_copy(w.data(), std::int64_t(w.span()))) {
+        require(x.extent(1) == w.extent(0) && bias.extent(0) == 1 && bias.extent(1) == w.extent(1) &&
+                    y.extent(0) == x.extent(0) && y.extent(1) == w.extent(1),
+                "gemm_bias", fmt::format("X {}, W {}, bias {}, Y {}", dims(x), dims(w), dims(bias), dims(y)));
+        const Region region("gpipe::kernels::gemm_bias");
+        return onednn::gemm_bias_weights_bf16(space, converted(space, x.data(), std::int64_t(x.span()), reduced::a),
+                                              std::int64_t(x.extent(0)), std::int64_t(x.extent(1)), w.data(),
+                                              std::int64_t(w.extent(1)), bias, y, frozen_scope);
+      }
+    }
     if (frozen_scope != 0 && !reduced::active(compute_format()) && onednn_runs<T>(Primitive::gemm_bias)) {
       require(x.extent(1) == w.extent(0) && bias.extent(0) == 1 && bias.extent(1) == w.extent(1) &&
                   y.extent(0) == x.extent(0) && y.extent(1) == w.extent(1),
@@ -570,6 +586,19 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, T alpha, ConstMatrix<T> 
                   Matrix<T> c) {
 #ifdef GPIPE_ENABLE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
+    if (const Format f = compute_format(); frozen_scope != 0 && onednn_bf16(f, Primitive::gemm)) {
+      const auto m = ta == Op::none ? a.extent(0) : a.extent(1), ka = ta == Op::none ? a.extent(1) : a.extent(0);
+      const auto kb = tw == Op::none ? w.extent(0) : w.extent(1), n = tw == Op::none ? w.extent(1) : w.extent(0);
+      if (m > 0 && n > 0 && ka > 0 && reduced::in_weight_copy(w.data(), std::int64_t(w.span()))) {
+        require(ka == kb && c.extent(0) == m && c.extent(1) == n, "gemm",
+                fmt::format("op(A) {}x{}, op(B) {}x{}, C {}", m, ka, kb, n, dims(c)));
+        const Region region("gpipe::kernels::gemm");
+        return onednn::gemm_weights_bf16(space, ta, tw, alpha,
+                                         converted(space, a.data(), std::int64_t(a.span()), reduced::a),
+                                         std::int64_t(a.extent(0)), std::int64_t(a.extent(1)), w.data(),
+                                         std::int64_t(w.extent(0)), std::int64_t(w.extent(1)), beta, c, frozen_scope);
+      }
+    }
     if (frozen_scope != 0 && !reduced::active(compute_format()) && onednn_runs<T>(Primitive::gemm)) {
       const auto m = ta == Op::none ? a.extent(0) : a.extent(1), ka = ta == Op::none ? a.extent(1) : a.extent(0);
       const auto kb = tw == Op::none ? w.extent(0) : w.extent(1), n = tw == Op::none ? w.extent(1) : w.extent(0);

@@ -163,20 +163,26 @@ struct Packed {
   std::uint64_t packed = 0;   // the scope mem was packed in
 };
 
-std::map<std::tuple<const float*, std::int64_t, std::int64_t, int>, Packed>& packs() {
-  static std::map<std::tuple<const float*, std::int64_t, std::int64_t, int>, Packed> p;
+// Key: W's address, stored shape, form, and the packed copy's element type
+// (f32, or bf16: converted by the packing reorder).
+using PackKey = std::tuple<const float*, std::int64_t, std::int64_t, int, int>;
+
+std::map<PackKey, Packed>& packs() {
+  static std::map<PackKey, Packed> p;
   return p;
 }
 
-// W (stored wr x wc) in form `tw` as the B operand (k, n) of a matmul whose
-// weights descriptor is `want`: the packed copy for `scope`, or nullptr on
-// W's first use in it.
+// W (fp32, stored wr x wc) in form `tw` as the B operand (k, n) of a matmul
+// whose weights descriptor is `want` (f32, or bf16: the reorder converts,
+// rounding to nearest even): the packed copy for `scope`, or nullptr on W's
+// first use in it unless `first_use` (bf16: packed at the first use too,
+// see gemm_bias_weights_bf16).
 const void* packed_weights(const float* w, std::int64_t wr, std::int64_t wc, Op tw, const memory::desc& want,
-                           std::uint64_t scope) {
-  Packed& p = packs()[{w, wr, wc, int(tw)}];
+                           std::uint64_t scope, bool first_use = false) {
+  Packed& p = packs()[{w, wr, wc, int(tw), int(want.data_type())}];
   if (p.seen != scope) {
     p.seen = scope;
-    return nullptr;
+    if (!first_use) return nullptr;
   }
   if (!p.mem || !(p.mem.get_desc() == want)) {
     const std::int64_t k = tw == Op::none ? wr : wc, n = tw == Op::none ? wc : wr;
@@ -195,13 +201,15 @@ const void* packed_weights(const float* w, std::int64_t wr, std::int64_t wc, Op 
   return p.mem.get_data_handle();
 }
 
-memory::desc any_weights(std::int64_t k, std::int64_t n) { return memory::desc({k, n}, f32, memory::format_tag::any); }
+memory::desc any_weights(std::int64_t k, std::int64_t n, memory::data_type t = f32) {
+  return memory::desc({k, n}, t, memory::format_tag::any);
+}
 
-// make_matmul with weights of format_tag::any: the weights memory object
-// takes the layout the primitive chose.
+// make_matmul with weights of format_tag::any (of a's element type): the
+// weights memory object takes the layout the primitive chose.
 Entry make_packed_matmul(const memory::desc& a, std::int64_t k, std::int64_t n, const memory::desc* bias,
                          const memory::desc& c, float alpha, float beta) {
-  const memory::desc w = any_weights(k, n);
+  const memory::desc w = any_weights(k, n, a.data_type());
   const auto desc = bias ? dnnl::matmul::desc(a, w, *bias, c) : dnnl::matmul::desc(a, w, c);
   const dnnl::matmul::primitive_desc pd(desc, user_scratchpad(attributes(alpha, beta)), engine());
   Entry e;
@@ -320,6 +328,49 @@ void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer,
                        nullptr, batched_desc(Op::none, outer, inner, sc), alpha, beta);
   });
   e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+}
+
+// Prepacked bf16 parameter operands (gemm.hpp, FrozenWeights): W, fp32
+// master weights inside the registered bf16 weight copy's range, is
+// converted and packed in one oneDNN reorder (f32 plain -> bf16 blocked,
+// round to nearest even: the values of the weight copy) once per scope and
+// form, so a training step need not read the plain bf16 copy at all (it is
+// converted lazily, reduced.cpp). With AMX a bf16 matmul on plain weights
+// reorders them into its blocked layout inside every call; on the packed
+// copy it runs 2.5x faster at 32 x 1024 x 1024 and 1.2x at 256 rows
+// (perf/README.md, "Issue 22: bf16 weights packed once a step"). Unlike
+// the f32 packs, a bf16 W is packed at its first use in a scope too (M = 1
+// uses each W once a step in each form, and the pack replaces the
+// conversion of the copy), so every product of a W in a scope runs the
+// same primitive. The results are bitwise those of the plain bf16
+// primitive on the copy (tests/unit/test_reduced_precision.cpp,
+// PackedBf16WeightsBitwisePlain).
+
+void gemm_bias_weights_bf16(const ExecSpace& space, const bf16* x, std::int64_t m, std::int64_t k, const float* w,
+                            std::int64_t n, ConstMatrix<float> bias, Matrix<float> y, std::uint64_t scope) {
+  Entry& e = cache().get({13, m, k, n}, [&] {
+    const memory::desc xd({m, k}, bf16_t, dims{k, 1}), bd({1, n}, f32, dims{n, 1}), yd({m, n}, f32, dims{n, 1});
+    return make_packed_matmul(xd, k, n, &bd, yd, 1.0f, 0.0f);
+  });
+  space.fence();
+  const void* packed = packed_weights(w, k, n, Op::none, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true);
+  e.run({{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_BIAS, bias.data()}, {DNNL_ARG_DST, y.data()}});
+}
+
+void gemm_weights_bf16(const ExecSpace& space, Op ta, Op tw, float alpha, const bf16* a, std::int64_t ar,
+                       std::int64_t ac, const float* w, std::int64_t wr, std::int64_t wc, float beta, Matrix<float> c,
+                       std::uint64_t scope) {
+  const std::int64_t m = std::int64_t(c.extent(0)), n = std::int64_t(c.extent(1));
+  const std::int64_t k = ta == Op::none ? ac : ar;
+  Entry& e = cache().get({14, int(ta), int(tw), ar, ac, wr, wc, m, n, bits(alpha), bits(beta)}, [&] {
+    const memory::desc ad = ta == Op::none ? memory::desc({m, k}, bf16_t, dims{ac, 1})
+                                           : memory::desc({m, k}, bf16_t, dims{1, ac});
+    const memory::desc cd({m, n}, f32, dims{n, 1});
+    return make_packed_matmul(ad, k, n, nullptr, cd, alpha, beta);
+  });
+  space.fence();
+  const void* packed = packed_weights(w, wr, wc, tw, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true);
+  e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, c.data()}});
 }
 
 }  // namespace gpipe::kernels::onednn

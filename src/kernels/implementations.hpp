@@ -76,6 +76,15 @@ void gemm_bias_bf16(const ExecSpace& space, const bf16* x, std::int64_t m, std::
 void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std::int64_t inner, float alpha,
                        const bf16* a, const Strided& sa, const bf16* b, const Strided& sb, float beta, float* c,
                        const Strided& sc);
+// The same products with W an fp32 parameter (inside the registered bf16
+// weight copy's range) in a FrozenWeights scope (`scope` nonzero): W
+// converted and packed into the matmul's blocked bf16 layout once per scope
+// and form, bitwise the plain bf16 product on the weight copy.
+void gemm_bias_weights_bf16(const ExecSpace& space, const bf16* x, std::int64_t m, std::int64_t k, const float* w,
+                            std::int64_t n, ConstMatrix<float> bias, Matrix<float> y, std::uint64_t scope);
+void gemm_weights_bf16(const ExecSpace& space, Op ta, Op tw, float alpha, const bf16* a, std::int64_t ar,
+                       std::int64_t ac, const float* w, std::int64_t wr, std::int64_t wc, float beta, Matrix<float> c,
+                       std::uint64_t scope);
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
 /// The CPU's vendor (x86 CPUID) and the bf16 ISAs oneDNN may dispatch

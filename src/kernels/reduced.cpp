@@ -17,6 +17,8 @@ struct Workspace {
   Kokkos::View<bf16*, MemSpace> weights;  // the registered weight copy
   const float* weights_of = nullptr;      // its float parameters (null: none registered)
   std::int64_t weights_n = 0;
+  bool weights_stale = false;             // registered, not yet converted (converted at the first read)
+  ExecSpace weights_space;                // the space of that conversion
   Vector<float> rounded;                  // the rounded route's weight copy (fp32 values of the format)
   const float* rounded_of = nullptr;
   std::int64_t rounded_n = 0;
@@ -81,9 +83,18 @@ bf16* scratch16(int slot, std::int64_t n) {
   return v.data();
 }
 
-const bf16* weight_copy(const float* p, std::int64_t n) {
+bool in_weight_copy(const float* p, std::int64_t n) {
   const Workspace& w = workspace();
-  if (w.weights_of == nullptr || p < w.weights_of || p + n > w.weights_of + w.weights_n) return nullptr;
+  return w.weights_of != nullptr && p >= w.weights_of && p + n <= w.weights_of + w.weights_n;
+}
+
+const bf16* weight_copy(const float* p, std::int64_t n) {
+  Workspace& w = workspace();
+  if (!in_weight_copy(p, n)) return nullptr;
+  if (w.weights_stale) {  // the first read since the registration: convert the whole copy now
+    to_bf16(w.weights_space, w.weights_of, w.weights_n, w.weights.data());
+    w.weights_stale = false;
+  }
   return w.weights.data() + (p - w.weights_of);
 }
 
@@ -95,9 +106,10 @@ void register_weight_copy(const ExecSpace& space, const float* params, std::int6
     w.weights = Kokkos::View<bf16*, MemSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::weight_copy"), size_t(n));
   }
-  to_bf16(space, params, n, w.weights.data());
   w.weights_of = params;
   w.weights_n = n;
+  w.weights_stale = true;
+  w.weights_space = space;
 }
 
 const float* rounded_weight_copy(const float* p, std::int64_t n, Format format) {
@@ -131,6 +143,7 @@ void drop_weight_copy(const float* params) {
   if (w.weights_of == params) {
     w.weights_of = nullptr;
     w.weights_n = 0;
+    w.weights_stale = false;
     w.weights = Kokkos::View<bf16*, MemSpace>();  // freed with its owner (a Pipeline's WeightCopy)
   }
 }

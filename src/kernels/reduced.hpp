@@ -35,9 +35,16 @@ float* scratch(int slot, std::int64_t n);
 bf16* scratch16(int slot, std::int64_t n);
 
 /// The registered bf16 weight copy (backend.hpp, WeightCopy): the copy of
-/// [p, p + n) when that range lies inside the registered parameters, else null.
+/// [p, p + n) when that range lies inside the registered parameters, else
+/// null. The first call after a registration converts the whole copy (on
+/// the registration's space) from the parameters as they are then.
 const bf16* weight_copy(const float* p, std::int64_t n);
-/// Converts [params, params + n) into the copy and registers it.
+/// Whether [p, p + n) lies inside the registered bf16 copy's parameters
+/// (converts nothing; the packed bf16 weights of gemm_onednn.cpp convert
+/// the fp32 parameters themselves).
+bool in_weight_copy(const float* p, std::int64_t n);
+/// Registers [params, params + n) for the copy (allocated here, exactly n
+/// values); converted lazily, at the first weight_copy() read.
 void register_weight_copy(const ExecSpace& space, const float* params, std::int64_t n);
 /// The rounded route's weight copy (backend.hpp, WeightCopy, where oneDNN's
 /// bf16 primitives do not run): [p, p + n) rounded to the compute format,

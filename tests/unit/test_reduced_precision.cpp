@@ -11,8 +11,10 @@
 // oneDNN implementations are held to "the same thing up to summation order".
 
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -545,6 +547,107 @@ TEST(ReducedPrecision, WeightCopyIsTheConversionUntilRefreshed) {
     for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(again[i], -plain[i]) << i;
   }
   kernels::select(kernels::Choice::automatic);
+}
+
+// bf16 parameter operands in a FrozenWeights scope (gemm.hpp; oneDNN's
+// bf16 primitives): W's part of the registered bf16 weight copy is packed
+// into the matmul's blocked layout once per scope and form, at its first
+// use. Every product (X W + b, dY W^T, alpha A^T W + beta C) is the plain
+// bf16 product outside a scope up to fp32 summation order (bitwise below
+// 256 rows; not at 256 x 1024 x 1024, measured), repeatable bitwise, for W
+// at an odd offset of the parameters and the deep MLP's shapes; a
+// refreshed copy in the next scope gives the new weights' products.
+TEST(ReducedPrecision, PackedBf16WeightsBitwisePlain) {
+  const auto impls = kernels::available();
+  if (std::find(impls.begin(), impls.end(), kernels::Implementation::onednn) == impls.end())
+    GTEST_SKIP() << "no oneDNN in this build";
+  Selected sel({Choice::onednn, kernels::Bf16Route::native});
+  const ComputeScope format(Format::bf16);
+  for (const auto& s : std::vector<std::array<std::int64_t, 3>>{
+           {1, 1, 1}, {1, 7, 5}, {13, 1, 9}, {33, 17, 65}, {32, 1024, 1024}, {32, 1024, 784}, {32, 10, 1024},
+           {256, 1024, 1024}, {2, 48, 64}}) {
+    const std::int64_t m = s[0], n = s[1], k = s[2];
+    SCOPED_TRACE(fmt::format("m {} n {} k {}", m, n, k));
+    auto params = host_random(5 + k * n, 81);
+    Matrix<float> P = test::to_device(params, 1, std::int64_t(params.size()));
+    const ConstMatrix<float> W(P.data() + 5, size_t(k), size_t(n));
+    const auto X = test::to_device(host_random(m * k, 82), m, k), bias = test::to_device(host_random(n, 83), 1, n);
+    const auto dY = test::to_device(host_random(m * n, 84), m, n), At = test::to_device(host_random(k * m, 85), k, m);
+    const auto z0 = host_random(m * n, 86);
+    auto products = [&] {
+      Matrix<float> y("y", m, n), dx("dx", m, k);
+      Matrix<float> z = test::to_device(z0, m, n);
+      Kokkos::deep_copy(y, std::numeric_limits<float>::quiet_NaN());
+      Kokkos::deep_copy(dx, std::numeric_limits<float>::quiet_NaN());
+      kernels::gemm_bias_weights<float>(ExecSpace(), X, W, bias, y);
+      kernels::gemm_weights<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dY, W, 0.0f, dx);
+      kernels::gemm_weights<float>(ExecSpace(), Op::transpose, Op::none, 0.7f, At, W, 1.3f, z);
+      auto out = test::to_host(y);
+      for (float v : test::to_host(dx)) out.push_back(v);
+      for (float v : test::to_host(z)) out.push_back(v);
+      return out;
+    };
+    const auto per_call = products();  // no copy registered: converted per call
+    kernels::WeightCopy copy;
+    copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+    const auto plain = products();  // the copy, outside a scope: the plain bf16 primitives
+    ASSERT_EQ(plain, per_call);
+    // Bound sums S = sum |a||b| (+ |bias|, |beta C|) of every output, from
+    // the float products of the absolute values.
+    std::vector<float> bound;
+    {
+      const ComputeScope f32(Format::fp32);
+      auto abs_of = [](const Matrix<float>& m) {
+        auto h = test::to_host(m);
+        for (auto& v : h) v = std::abs(v);
+        return test::to_device(h, std::int64_t(m.extent(0)), std::int64_t(m.extent(1)));
+      };
+      const auto aW = abs_of(Matrix<float>(P.data() + 5, size_t(k), size_t(n)));
+      Matrix<float> y("y", m, n), dx("dx", m, k);
+      auto az0 = z0;
+      for (auto& v : az0) v = std::abs(v);
+      Matrix<float> z = test::to_device(az0, m, n);
+      kernels::gemm_bias<float>(ExecSpace(), abs_of(Matrix<float>(const_cast<float*>(X.data()), size_t(m), size_t(k))), aW,
+                                abs_of(Matrix<float>(const_cast<float*>(bias.data()), 1, size_t(n))), y);
+      kernels::gemm<float>(ExecSpace(), Op::none, Op::transpose, 1.0f,
+                           abs_of(Matrix<float>(const_cast<float*>(dY.data()), size_t(m), size_t(n))), aW, 0.0f, dx);
+      kernels::gemm<float>(ExecSpace(), Op::transpose, Op::none, 0.7f,
+                           abs_of(Matrix<float>(const_cast<float*>(At.data()), size_t(k), size_t(m))), aW, 1.3f, z);
+      bound = test::to_host(y);
+      for (float v : test::to_host(dx)) bound.push_back(v);
+      for (float v : test::to_host(z)) bound.push_back(v);
+    }
+    {
+      const kernels::FrozenWeights frozen;
+      const auto first = products();
+      // The packed primitive may sum in another order than the plain one
+      // (it does at 256 x 1024 x 1024 on AMX): both are the rounded
+      // operands' exact products summed in fp32, so they lie within twice
+      // gamma_k S of each other; repeated products are bitwise equal.
+      ASSERT_EQ(first.size(), plain.size());
+      for (size_t o = 0; o < plain.size(); ++o)
+        ASSERT_NEAR(first[o], plain[o], 2 * gamma32(k + 2) * 1.01 * 1.02 * double(bound[o]) + 1e-30) << o;
+      for (int use = 0; use < 3; ++use) ASSERT_EQ(products(), first) << "use " << use;
+      EXPECT_GE(kernels::FrozenWeights::packed_bytes(), 2 * k * n * std::int64_t(sizeof(bf16)))
+          << "W packed in two forms";
+    }
+    for (auto& v : params) v = 0.5f - v;  // an optimizer step: new weights at the same address
+    Kokkos::deep_copy(P, test::to_device(params, 1, std::int64_t(params.size())));
+    copy.refresh(ExecSpace(), P.data(), std::int64_t(params.size()));
+    const auto updated = products();
+    ASSERT_NE(updated, plain);
+    {
+      const kernels::FrozenWeights frozen;
+      const auto first = products();
+      for (size_t o = 0; o < updated.size(); ++o)
+        ASSERT_NEAR(first[o], updated[o], 2 * gamma32(k + 2) * 1.01 * 1.02 * double(bound[o]) + 1e-30) << o;
+      for (int use = 0; use < 2; ++use) ASSERT_EQ(products(), first) << "updated W, use " << use;
+    }
+    if (m < 256) {  // measured bitwise here (AMX, oneDNN 2.6.3): the packed copy changes nothing
+      const kernels::FrozenWeights frozen;
+      EXPECT_EQ(products(), updated);
+    }
+  }
 }
 
 // Layer families through the seam (Dense, Conv2d, Conv1d): bf16 / fp16

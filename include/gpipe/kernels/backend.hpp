@@ -199,14 +199,18 @@ class ComputeScope {
   Format previous_;
 };
 
-/// The reduced-precision copy of a cell's master weights: refresh() converts
-/// the float parameter vector [params, params + n) in one kernel (on
-/// `space`) and registers it, so that while it is registered the primitives
+/// The reduced-precision copy of a cell's master weights: refresh() registers
+/// the float parameter vector [params, params + n) and converts it in one
+/// kernel (on `space`), so that while it is registered the primitives
 /// read an operand lying inside that range from the copy instead of
 /// converting it per call: bf16 values (2 bytes each) where oneDNN's bf16
 /// primitives run (compute format bf16, implementation(gemm, 2) oneDNN),
 /// else the values rounded to the compute format as fp32 (4 bytes each; the
-/// rounded route, bf16 or fp16). The caller refreshes it
+/// rounded route, bf16 or fp16). The bf16 copy is converted lazily, at the
+/// first primitive that reads it after refresh(): in a FrozenWeights scope
+/// gemm_bias_weights / gemm_weights convert and pack their W from the fp32
+/// parameters themselves (gemm.hpp), so a step of Dense layers alone never
+/// converts the copy. The caller refreshes it
 /// whenever the weights may have changed before they are read again
 /// (Pipeline: before every training step, evaluation and prediction, i.e.
 /// after each optimizer step, checkpoint load or parameter upload). Does

@@ -54,6 +54,12 @@ void gemm_bias(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, Const
 /// allocated at the first packing and kept while every scope uses their W
 /// (a steady-state step allocates nothing); the end of a scope drops those
 /// of the W it did not use. They are not in Kokkos' memory accounting.
+/// With the bf16 compute format on oneDNN's bf16 primitives, a W inside
+/// the registered weight copy's range (backend.hpp, WeightCopy) is packed
+/// too, at its first use in a scope: converted from the fp32 parameters to
+/// bf16 and reordered into the matmul's blocked layout in one pass (W's
+/// bytes / 2 per form), bitwise the plain bf16 product on the copy
+/// (tests/unit/test_reduced_precision.cpp, PackedBf16WeightsBitwisePlain).
 /// Throws std::invalid_argument as gemm_bias / gemm do.
 template <class T>
 void gemm_bias_weights(const ExecSpace& space, ConstMatrix<T> x, ConstMatrix<T> w, ConstMatrix<T> bias,
