@@ -300,6 +300,8 @@ int main(int argc, char** argv) {
       deck.pipeline.schedule = gpipe::parse_schedule(o.schedule, "--schedule");
       deck.pipeline.schedule_file.clear();
     }
+    if (const std::string note = gpipe::w_group_note(deck); !note.empty() && !o.sweep)
+      fmt::print(stderr, "gpipe-plan: note: {}\n", note);
     if (o.print) {
       const int cells = gpipe::grid_shape(deck, o.ranks).cells;
       const gpipe::Schedule s = gpipe::deck_schedule(deck, cells);

@@ -615,6 +615,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
 
   const auto bytes = pipeline->gather_activation_bytes();
   if (root && !options.quiet) print_partition(deck, *pipeline, bytes, train_set, test_set);
+  if (const std::string note = gpipe::w_group_note(deck); root && !note.empty()) spdlog::warn("{}", note);
   if (root && deck.data.train_limit > train_set.samples)
     spdlog::warn("data.train_limit = {} but {} holds {} samples: training on {} (a weak-scaling "
                  "study would not do the same steps per K)",

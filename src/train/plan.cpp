@@ -67,6 +67,14 @@ std::string skipped_steps_reason(const Deck& deck) {
                                                         : overflow;
 }
 
+std::string w_group_note(const Deck& deck) {
+  const int group = deck.pipeline.w_group, M = deck.training.micro_batches;
+  if (group <= M || !deck.pipeline.schedule_file.empty()) return "";
+  return fmt::format("pipeline.w_group = {} is more than training.micro_batches = {}: clamped to {} (each stage "
+                     "runs one W op over the whole batch)",
+                     group, M, M);
+}
+
 std::string schedule_label(const Deck& deck) {
   return deck.pipeline.schedule_file.empty() ? to_string(deck.pipeline.schedule)
                                              : "file " + deck.pipeline.schedule_file;

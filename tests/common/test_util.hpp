@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gpipe/core/memory.hpp"
 #include "gpipe/core/rng.hpp"
 #include "gpipe/core/views.hpp"
 #include "gpipe/io/dataset.hpp"
@@ -77,6 +78,21 @@ inline std::string deck_text(const std::string& layers, std::int64_t input, std:
          "\ntraining: {epochs: 1, batch_size: " +
          std::to_string(batch) + ", micro_batches: " + std::to_string(micro_batches) +
          "}\noptimizer: " + optimizer + "\npipeline: " + pipeline + "\n";
+}
+
+/// Bytes of the live tracked allocations (gpipe/core/memory.hpp) that are
+/// process-wide, grow-only scratch: the Kokkos backend's own ("Kokkos::",
+/// e.g. Kokkos::Serial::scratch_mem, sized by the largest reduction the
+/// process has run) and the kernel seam's reduced-precision operands
+/// ("gpipe::kernels::reduced::"). Whether an operation grows them depends on
+/// what ran before it in the same process (ctest runs the whole unit binary
+/// in one process, a --gtest_filter run of one test starts fresh), so a test
+/// asserting "allocates nothing" counts their growth apart.
+inline std::int64_t process_scratch_bytes() {
+  std::int64_t bytes = 0;
+  for (const auto& a : memory::live_allocations())
+    if (a.label.rfind("Kokkos::", 0) == 0 || a.label.rfind("gpipe::kernels::reduced::", 0) == 0) bytes += a.bytes;
+  return bytes;
 }
 
 }  // namespace gpipe::test

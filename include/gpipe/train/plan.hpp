@@ -62,6 +62,14 @@ std::string skipped_steps_reason(const Deck& deck);
 /// the name of pipeline.schedule.
 std::string schedule_label(const Deck& deck);
 
+/// pipeline.w_group is the most micro-batches one W op covers: above
+/// training.micro_batches it is clamped to M (each stage runs one W of the
+/// whole batch), as a group that does not divide M ends short. The note the
+/// reports give then (gpipe-train on rank 0, gpipe-plan), naming both keys
+/// and values; "" when the value applies as written (w_group <= M, or a
+/// schedule file, whose W ops are its own).
+std::string w_group_note(const Deck& deck);
+
 /// The re-materialization a run of `deck` uses, for its reports:
 /// "from the schedule file" when pipeline.schedule_file is set (its
 /// rematerialized list replaces pipeline.remat), else pipeline.remat's name.
