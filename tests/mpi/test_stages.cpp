@@ -180,18 +180,31 @@ Schedule v_schedule(int M) {
   return s;
 }
 
+// The first kBatch samples of data() on the device, for the Runner tests
+// below (labels is kept alive here: targets refers to it).
+struct FirstBatch {
+  Dataset set = data();
+  Matrix<double> inputs = test::to_device<double>(
+      std::vector<double>(set.inputs.begin(), set.inputs.begin() + kBatch * kInput), kBatch, kInput);
+  LabelVector labels = test::labels(std::vector<std::int32_t>(set.labels.begin(), set.labels.begin() + kBatch));
+  Targets<double> targets{ConstLabelVector(labels)};
+};
+
+CellOptions runner_options(int M) {
+  CellOptions options;
+  options.max_batch = kBatch;
+  options.micro_batches = M;
+  return options;
+}
+
 TEST(Stages, HandWrittenVScheduleLocalHandOff) {
   if (world_size() != 2) GTEST_SKIP() << "the V schedule is written for 2 ranks";
   const int M = 3;
   const Deck d = parse_deck(deck(M, "1f1b", 1), "test-deck");
-  const Dataset set = data();
-  const auto inputs = test::to_device<double>(std::vector<double>(set.inputs.begin(), set.inputs.begin() + kBatch * kInput),
-                                           kBatch, kInput);
-  const auto labels = test::labels(std::vector<std::int32_t>(set.labels.begin(), set.labels.begin() + kBatch));
-  const Targets<double> targets{ConstLabelVector(labels)};
-  CellOptions options;
-  options.max_batch = kBatch;
-  options.micro_batches = M;
+  const FirstBatch batch;
+  const auto& inputs = batch.inputs;
+  const auto& targets = batch.targets;
+  CellOptions options = runner_options(M);
   options.schedule = ScheduleKind::OneFOneB;
   options.seed = d.seed;
   // Reference: one rank, one stage.
@@ -246,14 +259,10 @@ TEST(Stages, HandWrittenVScheduleLocalHandOff) {
 TEST(Stages, GroupedWReadsKeptRowsInPlace) {
   const int K = world_size(), M = 2 * K;  // kBatch / M rows each, every slot full
   const Deck d = parse_deck(deck(M, "1f1b", 1), "test-deck");
-  const Dataset set = data();
-  const auto inputs = test::to_device<double>(std::vector<double>(set.inputs.begin(), set.inputs.begin() + kBatch * kInput),
-                                           kBatch, kInput);
-  const auto labels = test::labels(std::vector<std::int32_t>(set.labels.begin(), set.labels.begin() + kBatch));
-  const Targets<double> targets{ConstLabelVector(labels)};
-  CellOptions options;
-  options.max_batch = kBatch;
-  options.micro_batches = M;
+  const FirstBatch batch;
+  const auto& inputs = batch.inputs;
+  const auto& targets = batch.targets;
+  CellOptions options = runner_options(M);
   options.schedule = ScheduleKind::ZeroBubble;
   options.w_group = M;
   options.seed = d.seed;
