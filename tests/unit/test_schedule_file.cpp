@@ -140,7 +140,14 @@ TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   EXPECT_EQ(error_of(good), "(no error)");
   std::string bad_kind = good;
   bad_kind.replace(bad_kind.find("[0, 0, B, 0]"), 12, "[0, 0, X, 0]");
-  EXPECT_EQ(error_of(bad_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I or W, got 'X'");
+  EXPECT_EQ(error_of(bad_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'X'");
+  // The same list when the kind is not a scalar at all, and for a lower-case letter.
+  std::string list_kind = good;
+  list_kind.replace(list_kind.find("[0, 0, B, 0]"), 12, "[0, 0, [B], 0]");
+  EXPECT_EQ(error_of(list_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'a list or map'");
+  std::string lower = good;
+  lower.replace(lower.find("[0, 0, B, 0]"), 12, "[0, 0, b, 0]");
+  EXPECT_EQ(error_of(lower), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'b'");
   std::string bad_rank = good;
   bad_rank.replace(bad_rank.find("[1, 1, F, 0]"), 12, "[2, 1, F, 0]");
   EXPECT_EQ(error_of(bad_rank), "s.yaml:15:6: ops[4] rank: 2 outside 0..1");
