@@ -195,6 +195,45 @@ TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   }
 }
 
+// The checker's position table has 6 x stages x micro_batches entries: a
+// file whose lists match 65536 stages and 65536 micro-batches (2^32 pairs,
+// about 200 GiB of table) with a handful of ops is refused before it is
+// allocated, naming the fields and the limit (the schedule's op count); a
+// number without its list, and a grouped W's count near INT_MAX, too.
+TEST(ScheduleFile, HugeNumbersFailBeforeAllocating) {
+  const int n = 65536;
+  std::string stage_map, remat;
+  for (int i = 0; i < n; ++i) {
+    stage_map += (i ? ", " : "") + std::string(i == 1 ? "1" : "0");
+    remat += i ? ", false" : "false";
+  }
+  const std::string ops = "ops:\n  - [0, 0, F, 0]\n  - [0, 0, F, 1]\n  - [1, 1, F, 0]\n  - [0, 0, B, 0]\n";
+  const std::string huge = "format: gpipe-schedule/1\nname: huge\ncells: 2\nstages: 65536\nmicro_batches: 65536\n"
+                           "rank_of_stage: [" + stage_map + "]\nrematerialized: [" + remat + "]\n" + ops;
+  EXPECT_EQ(error_of(huge),
+            "s.yaml: stages x micro_batches: 65536 x 65536 = 4294967296 (stage, micro-batch) pairs, more than the "
+            "schedule's 4 ops (the limit: each pair needs an F op of its own); rank 0 never runs F(2) of stage 0");
+  // A number alone: its list's length is the bound.
+  const std::string small = "format: gpipe-schedule/1\nname: s\ncells: 1\nstages: 1\nmicro_batches: 2\n"
+                            "rank_of_stage: [0]\nrematerialized: [false, false]\nops:\n  - [0, 0, F, 0]\n"
+                            "  - [0, 0, F, 1]\n  - [0, 0, I, 0]\n  - [0, 0, I, 1]\n  - [0, 0, W, 0, 2]\n";
+  EXPECT_EQ(error_of(small), "(no error)");
+  std::string stages = small;
+  stages.replace(stages.find("stages: 1"), 9, "stages: 2147483647");
+  EXPECT_EQ(error_of(stages), "s.yaml: rank_of_stage: expected 2147483647 entries (one per stage), got 1");
+  std::string micro = small;
+  micro.replace(micro.find("micro_batches: 2"), 16, "micro_batches: 2147483647");
+  EXPECT_EQ(error_of(micro), "s.yaml: rematerialized: expected 2147483647 entries (one per micro-batch), got 2");
+  std::string cells = small;
+  cells.replace(cells.find("cells: 1"), 8, "cells: 2147483647");
+  EXPECT_EQ(error_of(cells), "s.yaml:3:8: cells: expected 1..1048576, got 2147483647");
+  // micro_batch + count would overflow int: refused by the count, not wrapped.
+  std::string count = small;
+  count.replace(count.find("[0, 0, W, 0, 2]"), 15, "[0, 0, W, 1, 2147483647]");
+  EXPECT_EQ(error_of(count), "s.yaml: rank 0, op 4 (W(1..2147483647) of stage 0): covers micro-batches "
+                             "1..2147483647, outside 0..1");
+}
+
 TEST(ScheduleFile, DeckScheduleLoadsAndChecksTheFile) {
   const std::string path = ::testing::TempDir() + "gpipe_schedule_file_test.yaml";
   {
