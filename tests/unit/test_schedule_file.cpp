@@ -415,6 +415,58 @@ TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
   }
 }
 
+// pipeline.w_group applies to --tune's candidates as to the deck's own
+// schedule (it was ignored: every candidate ran one W per micro-batch):
+// each candidate is the ungrouped one grouped by group_weights, simulated
+// with the grouped list's pricing; the same for --tune-trace's times.
+TEST(Tune, HonoursWGroup) {
+  std::string layers;
+  for (int l = 0; l < 8; ++l)
+    layers += "    - {type: synthetic, units: 8, forward_us: 10, params: 100, backward_weights_us: 4}\n";
+  const std::string text = "model:\n  input: 8\n  layers:\n" + layers +
+                           "data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}\n"
+                           "training: {epochs: 1, batch_size: 64, micro_batches: 8}\n"
+                           "pipeline: {schedule: zero_bubble}\n";
+  const Deck plain = parse_deck(text, "deck.yaml"), grouped = parse_deck(text, "deck.yaml", {"pipeline.w_group=2"});
+  const TuneResult a = tune(plain, 4, exact_options(plain), 4), b = tune(grouped, 4, exact_options(grouped), 4);
+  ASSERT_EQ(a.candidates.size(), b.candidates.size());
+  EXPECT_GE(b.candidates.size(), 9u);  // ZB-H1, 4 greedy, zb_v, 4 greedy V
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    const TuneCandidate &u = a.candidates[i], &g = b.candidates[i];
+    EXPECT_EQ(g.name, u.name);
+    EXPECT_EQ(g.schedule.ops, group_weights(u.schedule, 2).ops) << g.name;
+    int counted = 0;
+    for (const auto& ops : g.schedule.ops)
+      for (const Op& op : ops) counted += op.kind == OpKind::BackwardWeights && op.count == 2;
+    EXPECT_GT(counted, 0) << g.name;
+    EXPECT_EQ(g.step_s, simulate_step(step_input(grouped, 4, exact_options(grouped), g.schedule)).makespan) << g.name;
+    bool fits = true;
+    for (int r = 0; r < 4; ++r)
+      fits = fits && peak_activation_bytes(g.schedule, g.activation_bytes, r) <= g.limit_bytes[size_t(r)];
+    EXPECT_EQ(g.fits, fits) << g.name;
+  }
+  EXPECT_EQ(b.zb_h1_step_s, b.candidates.front().step_s);
+  EXPECT_EQ(tune_w_group_note(plain), "");
+  EXPECT_EQ(tune_w_group_note(grouped),
+            "pipeline.w_group = 2: every candidate's W ops are grouped 2 micro-batches at a time, as the deck's own "
+            "schedule's would be (the written file holds the grouped W ops)");
+  // Measured times: a grouped W lasts the sum of its micro-batches' W.
+  TraceTimes times;
+  times.cells = 2;
+  times.micro_batches = 4;
+  times.forward = {1.0, 2.0};
+  times.backward_input = {2.0, 2.0};
+  times.backward_weights = {0.5, 1.5};
+  const TuneResult c = tune_times(times, 4, 2, 0.1), d = tune_times(times, 4, 2, 0.1, 4);
+  ASSERT_EQ(c.candidates.size(), d.candidates.size());
+  for (size_t i = 0; i < c.candidates.size(); ++i) {
+    EXPECT_EQ(d.candidates[i].schedule.ops, group_weights(c.candidates[i].schedule, 4).ops) << d.candidates[i].name;
+    for (const auto& ops : d.candidates[i].schedule.ops)
+      for (const Op& op : ops)
+        if (op.kind == OpKind::BackwardWeights) EXPECT_EQ(op.count, 4) << d.candidates[i].name;
+  }
+}
+
 // Grouped W (pipeline.w_group) and fill_drain's whole-batch W are priced at
 // their stacked rows: the Dense layers' W of a group over the group's rows
 // (shared equally by its micro-batches, the op lasting their sum), G over
