@@ -154,6 +154,10 @@ int generate_text(const gpipe::Deck& deck, const Options& o, int rank) {
         if (o.tokens < 0 || o.top_k < 0)
           throw gpipe::InputError("--tokens and --top-k: expected integers >= 0");
         const std::string file = o.vocabulary.empty() ? deck.data.train_file : o.vocabulary;
+        if (file.empty())  // a stored deck without a data section (a C API run's checkpoint)
+          throw gpipe::InputError(fmt::format("--generate: the deck in {} has no data.train_file to take the "
+                                              "vocabulary from; give --vocabulary FILE",
+                                              o.checkpoint));
         vocabulary = gpipe::load_token_vocabulary(file);
         if (std::int64_t(vocabulary.size()) > deck.model.vocabulary())
           throw gpipe::InputError(fmt::format("{}: a vocabulary of {} characters, but the model has {} "
@@ -277,7 +281,7 @@ int main(int argc, char** argv) {
         if (o.batch_size > 0) sets.push_back("training.batch_size=" + std::to_string(o.batch_size));
         if (o.micro_batches > 0)
           sets.push_back("training.micro_batches=" + std::to_string(o.micro_batches));
-        deck = gpipe::parse_deck(info.deck, o.checkpoint + " (deck)", sets);
+        deck = gpipe::parse_stored_deck(info.deck, o.checkpoint + " (deck)", sets);
         gpipe::forward_only_layout(deck);
       }))
     return kExitInputError;

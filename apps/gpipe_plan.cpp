@@ -270,7 +270,9 @@ int main(int argc, char** argv) {
       "--tune", o.tune,
       "Build the zero-bubble schedule with the least simulated step from the per-stage F, I, W times "
       "(synthetic keys, --costs/--calibrate measurements, or FLOPs) within --tune-in-flight, write it to "
-      "this schedule file and print the candidates against ZB-H1");
+      "this schedule file and print the candidates against ZB-H1; the deck's pipeline.w_group groups every "
+      "candidate's W ops as it groups the deck's schedule (the file then holds the grouped W: run it with "
+      "pipeline.w_group=1)");
   app.add_option("--tune-in-flight", o.tune_in_flight,
                  "With --tune: micro-batches of a rank's layers it may hold at once (default K: ZB-H1's and "
                  "1F1B's peak)")
@@ -345,25 +347,35 @@ int main(int argc, char** argv) {
           fmt::print("  cell {}: F {:.6g}  I {:.6g}  W {:.6g}\n", k, times.forward[size_t(k)],
                      times.backward_input[size_t(k)], times.backward_weights[size_t(k)]);
         t = gpipe::tune_times(times, deck.training.micro_batches, o.tune_in_flight > 0 ? o.tune_in_flight : K,
-                              options.network.p2p.latency_s);
+                              options.network.p2p.latency_s, deck.pipeline.w_group);
       } else {
         t = gpipe::tune(deck, o.ranks, options, o.tune_in_flight > 0 ? o.tune_in_flight : K);
       }
       fmt::print("gpipe-plan: --tune (predicted, not measured) on {} ranks, K = {}, M = {}, at most {} "
                  "micro-batches of a rank's layers in flight\n",
                  o.ranks, K, deck.training.micro_batches, o.tune_in_flight > 0 ? o.tune_in_flight : K);
+      if (const std::string note = gpipe::tune_w_group_note(deck); !note.empty()) fmt::print("  {}\n", note);
       fmt::print("  {:<48} {:>12} {:>8} {:>8} {:>10}\n", "candidate", "step s", "bubble", "fits", "vs ZB-H1");
       for (size_t i = 0; i < t.candidates.size(); ++i) {
         const auto& c = t.candidates[i];
         fmt::print("  {:<48} {:>12.6g} {:>8.4f} {:>8} {:>9.3f}x{}\n", c.name, c.step_s, c.bubble,
                    c.fits ? "yes" : "no", t.zb_h1_step_s / c.step_s, int(i) == t.best ? "  <- written" : "");
       }
-      if (t.best < 0) throw gpipe::InputError("--tune: no candidate fits the memory limit");
+      if (t.best < 0)
+        throw gpipe::InputError(fmt::format(
+            "--tune: no candidate fits the memory limit (at most {} micro-batches of a rank's layers, "
+            "--tune-in-flight){}",
+            o.tune_in_flight > 0 ? o.tune_in_flight : K,
+            deck.pipeline.w_group == 1 ? ""
+                                       : fmt::format("; pipeline.w_group = {} keeps each micro-batch's activations "
+                                                     "until its group's W: raise --tune-in-flight",
+                                                     deck.pipeline.w_group)));
       std::ofstream out(o.tune);
       if (!out) throw gpipe::InputError(fmt::format("{}: --tune: cannot write the schedule file", o.tune));
       gpipe::write_schedule(out, t.candidates[size_t(t.best)].schedule,
                             "tuned: " + t.candidates[size_t(t.best)].name);
-      fmt::print("  wrote {} (run it with --set pipeline.schedule_file={})\n", o.tune, o.tune);
+      fmt::print("  wrote {} (run it with --set pipeline.schedule_file={}{})\n", o.tune, o.tune,
+                 deck.pipeline.w_group == 1 ? "" : " --set pipeline.w_group=1: the file holds the grouped W ops");
       return 0;
     }
     if (o.sweep) {

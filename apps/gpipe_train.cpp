@@ -597,14 +597,16 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   if (!restart_path.empty() && !on_all_ranks([&] {
         const auto info = pipeline->load_checkpoint(restart_path);
         std::vector<std::string> changed;
+        std::string skipped_check;
         const auto position =
-            gpipe::restart_position(info, restart_path, deck, train_set.samples, &changed);
+            gpipe::restart_position(info, restart_path, deck, train_set.samples, &changed, &skipped_check);
         pipeline->set_position(position);
         if (root) {
           fmt::print("gpipe-train: restarting from {} (run {}, step {}, epoch {}, {} of its "
                      "samples trained)\n",
                      restart_path, info.run_id.empty() ? "unknown" : info.run_id, info.step,
                      position.epoch + 1, position.epoch_samples);
+          if (!skipped_check.empty()) spdlog::warn("{}", skipped_check);
           if (!changed.empty())
             spdlog::warn("the deck changed {} since {} was written; resuming at the start of "
                          "epoch {}",

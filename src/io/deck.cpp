@@ -646,8 +646,18 @@ const std::vector<std::string>& settable_keys() {
 }
 
 namespace {
+// fp16's dynamic loss scaling (gpipe/optim/loss_scale.hpp) is their only reader.
+constexpr const char* kLossScaleKeys[] = {"loss_scale", "loss_scale_growth_interval", "loss_scale_growth",
+                                          "loss_scale_backoff"};
+
+// How strictly parse reads a deck: a deck file (Strict), a caller that passes
+// the data itself (NoData), a deck stored in a checkpoint (Stored: no data
+// needed, and the rules of parse_stored_deck relaxed).
+enum class Rules { Strict, NoData, Stored };
+
 Deck parse(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
-           bool data_required) {
+           Rules rules) {
+  const bool data_required = rules == Rules::Strict;
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -671,6 +681,13 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
   deck.kernels = top.value<std::string>("kernels", "auto");
   kernels::parse_choice(deck.kernels, name + ": kernels");  // e.g. onednn in a build without it
 
+  // A stored deck: the loss-scale keys of a precision without loss scaling
+  // are dropped unread (an earlier version accepted them with bf16 or float
+  // and ignored them, as this run would).
+  if (rules == Rules::Stored && !precision_policy(deck.precision).loss_scaling)
+    if (YAML::Node t = static_cast<const YAML::Node&>(root)["training"]; t && t.IsMap())
+      for (const char* key : kLossScaleKeys) t.remove(key);
+
   deck.model = read_model(section(root, "model", name, true, &overridden));
   if (data_required || root["data"])
     deck.data = read_data(section(root, "data", name, true, &overridden), deck.model);
@@ -680,7 +697,7 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
   // keys with another precision would be read by nothing (a deck meant for
   // fp16 running bf16 or float without saying so).
   if (!precision_policy(deck.precision).loss_scaling)
-    for (const char* key : {"loss_scale", "loss_scale_growth_interval", "loss_scale_growth", "loss_scale_backoff"})
+    for (const char* key : kLossScaleKeys)
       if (training.has(key))
         throw InputError(fmt::format("{}: training.{}: dynamic loss scaling is for precision fp16 only (precision "
                                      "is {}); remove the key or set precision: fp16",
@@ -714,12 +731,17 @@ Deck parse(const std::string& text, const std::string& name, const std::vector<s
 
 Deck parse_deck(const std::string& text, const std::string& name,
                 const std::vector<std::string>& overrides) {
-  return parse(text, name, overrides, true);
+  return parse(text, name, overrides, Rules::Strict);
+}
+
+Deck parse_stored_deck(const std::string& text, const std::string& name,
+                       const std::vector<std::string>& overrides) {
+  return parse(text, name, overrides, Rules::Stored);
 }
 
 Deck parse_model_deck(const std::string& text, const std::string& name,
                       const std::vector<std::string>& overrides) {
-  return parse(text, name, overrides, false);
+  return parse(text, name, overrides, Rules::NoData);
 }
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {

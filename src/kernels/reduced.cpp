@@ -3,6 +3,7 @@
 #include "reduced.hpp"
 
 #include <array>
+#include <string>
 
 namespace gpipe::kernels::reduced {
 
@@ -77,10 +78,21 @@ bf16* scratch16(int slot, std::int64_t n) {
   auto& v = workspace().b16[size_t(slot)];
   if (std::int64_t(v.extent(0)) < n) {
     v = Kokkos::View<bf16*, MemSpace>();
+    // The OperandReuse slots under a label of their own: the memory model
+    // counts them exactly (train/memory.hpp, CellMemory::seam_reuse).
     v = Kokkos::View<bf16*, MemSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "gpipe::kernels::reduced::scratch16"), size_t(n));
+        Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                           std::string(slot >= held ? "gpipe::kernels::reduced::held"
+                                                    : "gpipe::kernels::reduced::scratch16")),
+        size_t(n));
   }
   return v.data();
+}
+
+void release_scratch() {
+  Workspace& w = workspace();
+  for (auto& v : w.f32) v = Vector<float>();
+  for (auto& v : w.b16) v = Kokkos::View<bf16*, MemSpace>();
 }
 
 bool in_weight_copy(const float* p, std::int64_t n) {

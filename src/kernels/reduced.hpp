@@ -31,8 +31,14 @@ void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst
 /// A float buffer of at least n values in workspace slot `slot` (grown on
 /// demand, kept until Kokkos::finalize).
 float* scratch(int slot, std::int64_t n);
-/// A bf16 buffer of at least n values in workspace slot `slot`.
+/// A bf16 buffer of at least n values in workspace slot `slot` (labelled
+/// "gpipe::kernels::reduced::held" for the OperandReuse slots held.., else
+/// "gpipe::kernels::reduced::scratch16").
 bf16* scratch16(int slot, std::int64_t n);
+/// Frees every slot of scratch and scratch16 (not the weight copies), so a
+/// measurement starts from none (tests/mpi/test_memory.cpp); the next
+/// conversion grows them again. Not inside a seam call or an OperandReuse scope.
+void release_scratch();
 
 /// The registered bf16 weight copy (backend.hpp, WeightCopy): the copy of
 /// [p, p + n) when that range lies inside the registered parameters, else

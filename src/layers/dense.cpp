@@ -105,6 +105,10 @@ LayerEntry dense_entry() {
     const auto out = static_cast<const DenseConfig&>(c).units;
     return std::vector<ParameterSpec>{{"weight", in.size(), out}, {"bias", 1, out}};
   };
+  // backward(): the weight gradient converts x (rows, in) and dy (rows, out); the input gradient reuses dy.
+  e.reused_operands = [](const LayerConfig& c, const Shape& in, std::int64_t rows) {
+    return ReusedOperands{rows * in.size(), rows * static_cast<const DenseConfig&>(c).units};
+  };
   e.flops = [](const LayerConfig&, const Shape& input, const Shape& output, std::int64_t batch,
                bool input_gradient) {
     const double n = double(batch), in = double(input.size()), out = double(output.size());

@@ -212,6 +212,12 @@ LayerEntry patch_embed_entry() {
     const detail::Window2d g = patches(c.patch, in);
     return std::vector<std::int64_t>{rows * g.pixels() * g.taps() * scalar_bytes};
   };
+  // backward()'s one Dense product over n T token rows: x the columns (C p p), dy the tokens' gradients (width).
+  e.reused_operands = [](const LayerConfig& base, const Shape& in, std::int64_t rows) {
+    const auto& c = static_cast<const PatchEmbedConfig&>(base);
+    const detail::Window2d g = patches(c.patch, in);
+    return ReusedOperands{rows * g.pixels() * g.taps(), rows * g.pixels() * c.width};
+  };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape& out, std::int64_t batch,
                bool input_gradient) {
     const auto& c = static_cast<const PatchEmbedConfig&>(base);

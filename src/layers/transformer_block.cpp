@@ -40,6 +40,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gpipe/kernels/attention.hpp"
 #include "gpipe/layers/activations.hpp"
 #include "parts.hpp"
@@ -279,6 +281,12 @@ LayerEntry transformer_block_entry() {
     const std::int64_t N = rows * in[0], d = in[1], s = scalar_bytes;
     return std::vector<std::int64_t>{N * d * s, N * d * s, N * d * s, 3 * N * d * s, N * hidden_width(c, d) * s,
                                      rows * c.heads * in[0] * in[0] * s};
+  };
+  // backward()'s Dense products over N = n T token rows (x, dy): mlp2 (g: hidden, dz: d), mlp1 (h2: d,
+  // du: hidden), proj (o: d, da: d), qkv (h1: d, dqkv: 3d), each in its own OperandReuse scope.
+  e.reused_operands = [](const LayerConfig& base, const Shape& in, std::int64_t rows) {
+    const std::int64_t N = rows * in[0], d = in[1], m = hidden_width(static_cast<const BlockConfig&>(base), d);
+    return ReusedOperands{N * std::max(d, m), N * std::max(3 * d, m)};
   };
   e.flops = [](const LayerConfig& base, const Shape& in, const Shape&, std::int64_t batch,
                bool input_gradient) {

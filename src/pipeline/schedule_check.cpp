@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "gpipe/core/error.hpp"
@@ -9,7 +12,9 @@
 namespace gpipe {
 
 std::string to_string(const Op& op) {
-  if (op.count != 1) return fmt::format("{}({}..{}) of stage {}", op_letter(op.kind), op.micro_batch, op.end() - 1, op.stage);
+  if (op.count != 1)  // the last in 64 bits: a count read from a file may be any int
+    return fmt::format("{}({}..{}) of stage {}", op_letter(op.kind), op.micro_batch,
+                       std::int64_t(op.micro_batch) + op.count - 1, op.stage);
   return fmt::format("{}({}) of stage {}", op_letter(op.kind), op.micro_batch, op.stage);
 }
 
@@ -60,6 +65,10 @@ void check_schedule(const Schedule& s, const std::string& source) {
   if (M < 1) fail(fmt::format("micro_batches: expected at least 1, got {}", M));
   if (int(s.rank_of_stage.size()) != S)
     fail(fmt::format("rank_of_stage: expected {} entries (one per stage), got {}", S, s.rank_of_stage.size()));
+  // Every table below is sized from K, S and M: each is first bounded by a
+  // list the schedule holds (a file's numbers alone allocate nothing).
+  if (s.ops.size() != size_t(K))
+    fail(fmt::format("ops: expected {} op lists (one per rank), got {}", K, s.ops.size()));
   std::vector<bool> has_stage(size_t(K), false);
   for (int st = 0; st < S; ++st) {
     const int r = s.rank_of_stage[size_t(st)];
@@ -68,12 +77,30 @@ void check_schedule(const Schedule& s, const std::string& source) {
   }
   for (int r = 0; r < K; ++r)
     if (!has_stage[size_t(r)]) fail(fmt::format("rank_of_stage: rank {} runs no stage", r));
-  if (int(s.ops.size()) != K)
-    fail(fmt::format("ops: expected {} op lists (one per rank), got {}", K, s.ops.size()));
-  if (int(s.rematerialized.size()) != M)
+  if (s.rematerialized.size() != size_t(M))
     fail(fmt::format("rematerialized: expected {} entries (one per micro-batch), got {}", M,
                      s.rematerialized.size()));
-
+  // The position table below has kKinds x S x M entries. A schedule that
+  // can pass has an F op of its own for every (stage, micro-batch), so S x M
+  // is at most its number of ops: checked first, so that the table is
+  // bounded by the schedule's own size (a file's numbers alone allocate
+  // nothing). The message names the first pair without an F, found among
+  // at most op_count + 1 pairs.
+  size_t op_count = 0;
+  for (const auto& ops : s.ops) op_count += ops.size();
+  if (size_t(S) * size_t(M) > op_count) {
+    std::set<std::pair<int, int>> forwards;  // (stage, micro-batch) of each F
+    for (const auto& ops : s.ops)
+      for (const Op& op : ops)
+        if (op.kind == OpKind::Forward) forwards.emplace(op.stage, op.micro_batch);
+    int st = 0, m = 0;
+    while (forwards.count({st, m}))
+      if (++m == M) m = 0, ++st;
+    fail(fmt::format("stages x micro_batches: {} x {} = {} (stage, micro-batch) pairs, more than the schedule's {} "
+                     "ops (the limit: each pair needs an F op of its own); rank {} never runs {}",
+                     S, M, std::uint64_t(S) * std::uint64_t(M), op_count, s.rank_of_stage[size_t(st)],
+                     to_string(Op{OpKind::Forward, m, st})));
+  }
   std::vector<Where> at(size_t(kKinds) * size_t(S) * size_t(M));
   const auto index = [&](int kind, int stage, int m) {
     return (size_t(kind) * size_t(S) + size_t(stage)) * size_t(M) + size_t(m);
@@ -95,8 +122,9 @@ void check_schedule(const Schedule& s, const std::string& source) {
       if (kind < 0) bad("an op kind the checker has no rule for");
       if (op.micro_batch < 0 || op.micro_batch >= M) bad(fmt::format("micro-batch outside 0..{}", M - 1));
       if (op.count != 1 && kind != kW) bad("only a W op covers more than one micro-batch (count)");
-      if (op.count < 1 || op.end() > M)
-        bad(fmt::format("covers micro-batches {}..{}, outside 0..{}", op.micro_batch, op.end() - 1, M - 1));
+      if (op.count < 1 || op.count > M - op.micro_batch)  // micro_batch in [0, M): no overflow
+        bad(fmt::format("covers micro-batches {}..{}, outside 0..{}", op.micro_batch,
+                        std::int64_t(op.micro_batch) + op.count - 1, M - 1));
       if (op.stage < 0 || op.stage >= S) bad(fmt::format("stage outside 0..{}", S - 1));
       const int st = op.stage;
       if (s.rank_of_stage[size_t(st)] != r)

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "gpipe/core/error.hpp"
 #include "gpipe/pipeline/schedule_check.hpp"
@@ -34,14 +35,39 @@ T as(const YAML::Node& n, const std::string& source, const std::string& field, c
   }
 }
 
-// The kind whose op_letter is `letter` (every kind the library has, so a
-// kind added to OpKind reads and writes without a change here).
-OpKind kind_of(const std::string& letter, bool& ok) {
-  ok = true;
-  for (int k = 0; k < 64; ++k)
-    if (letter.size() == 1 && letter[0] != '?' && letter[0] == op_letter(OpKind(k))) return OpKind(k);
-  ok = false;
-  return OpKind::Forward;
+// The letters of every kind the library has (op_letter), in OpKind order:
+// the kinds a schedule file may name, so a kind added to OpKind reads and
+// writes without a change here. OpKind's kinds are 0, 1, ... with no gap;
+// op_letter says '?' past the last.
+const std::vector<char>& kind_letters() {
+  static const std::vector<char> letters = [] {
+    std::vector<char> out;
+    for (int k = 0; op_letter(OpKind(k)) != '?'; ++k) out.push_back(op_letter(OpKind(k)));
+    return out;
+  }();
+  return letters;
+}
+
+// "F, R, B, I, W or G": what the messages say a kind may be.
+const std::string& kind_choices() {
+  static const std::string text = [] {
+    const auto& l = kind_letters();
+    std::string out;
+    for (size_t i = 0; i < l.size(); ++i) out += (i == 0 ? "" : i + 1 == l.size() ? " or " : ", ") + std::string(1, l[i]);
+    return out;
+  }();
+  return text;
+}
+
+// The kind whose letter is `letter`; false when there is none.
+bool kind_of(const std::string& letter, OpKind& kind) {
+  const auto& l = kind_letters();
+  for (size_t k = 0; k < l.size(); ++k)
+    if (letter.size() == 1 && letter[0] == l[k]) {
+      kind = OpKind(k);
+      return true;
+    }
+  return false;
 }
 
 }  // namespace
@@ -127,12 +153,13 @@ Schedule parse_schedule_file(const std::string& text, const std::string& source)
                                    where(source, op), field));
     const int rank = as<int>(op[0], source, field + " rank", "an integer");
     const int stage = as<int>(op[1], source, field + " stage", "an integer");
-    const auto letter = as<std::string>(op[2], source, field + " kind", "F, R, B, I or W");
+    const auto letter = as<std::string>(op[2], source, field + " kind", kind_choices());
     const int m = as<int>(op[3], source, field + " micro-batch", "an integer");
     const int count = op.size() == 5 ? as<int>(op[4], source, field + " count", "an integer") : 1;
-    bool ok = false;
-    const OpKind kind = kind_of(letter, ok);
-    if (!ok) throw InputError(fmt::format("{}: {} kind: expected F, R, B, I or W, got '{}'", where(source, op[2]), field, letter));
+    OpKind kind = OpKind::Forward;
+    if (!kind_of(letter, kind))
+      throw InputError(
+          fmt::format("{}: {} kind: expected {}, got '{}'", where(source, op[2]), field, kind_choices(), letter));
     if (rank < 0 || rank >= s.cells)
       throw InputError(fmt::format("{}: {} rank: {} outside 0..{}", where(source, op[0]), field, rank, s.cells - 1));
     if (op.size() == 5 && (kind != OpKind::BackwardWeights || count < 1))

@@ -136,7 +136,7 @@ TraceTimes read_trace_times(const std::string& path) {
   return t;
 }
 
-TuneResult tune_times(const TraceTimes& times, int M, int in_flight, double message_s) {
+TuneResult tune_times(const TraceTimes& times, int M, int in_flight, double message_s, int w_group) {
   if (in_flight < 1) throw InputError(fmt::format("--tune-in-flight: expected at least 1, got {}", in_flight));
   const int K = times.cells;
   StepInput base;
@@ -153,7 +153,8 @@ TuneResult tune_times(const TraceTimes& times, int M, int in_flight, double mess
   }
   TuneResult out;
   out.limit_bytes.assign(size_t(K), in_flight);
-  const auto evaluate = [&](const std::string& name, const Schedule& s) {
+  const auto evaluate = [&](const std::string& name, const Schedule& planned) {
+    const Schedule s = group_weights(planned, w_group);  // a grouped W: the sum of its micro-batches' W times
     StepInput in = base;
     in.schedule = s;
     const StepTiming t = simulate_step(in);

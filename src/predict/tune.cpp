@@ -35,9 +35,14 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
   const int K = grid.cells, M = deck.training.micro_batches, L = int(deck.model.layers.size());
   TuneResult out;
 
-  const auto evaluate = [&](const std::string& name, const Schedule& s, const StepInput& base,
+  // pipeline.w_group: every candidate's W ops grouped as the deck's own
+  // schedule's are (group_weights, after planning), and priced as grouped
+  // (step_input of the grouped list: the stacked layers' W over the group's rows).
+  const int group = deck.pipeline.w_group;
+  const auto evaluate = [&](const std::string& name, const Schedule& planned, const StepInput& base,
                             const std::vector<std::int64_t>& limit) {
-    StepInput in = base;
+    const Schedule s = group_weights(planned, group);
+    StepInput in = group == 1 ? base : step_input(deck, ranks, options, s);
     in.schedule = s;
     TuneCandidate c;
     c.name = name;
@@ -114,6 +119,14 @@ TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int 
     if (c.fits && (out.best < 0 || c.step_s < out.candidates[size_t(out.best)].step_s)) out.best = i;
   }
   return out;
+}
+
+std::string tune_w_group_note(const Deck& deck) {
+  const int group = deck.pipeline.w_group;
+  if (group == 1) return "";
+  return fmt::format("pipeline.w_group = {}: every candidate's W ops are grouped {} micro-batches at a time, as the "
+                     "deck's own schedule's would be (the written file holds the grouped W ops)",
+                     group, group);
 }
 
 }  // namespace gpipe

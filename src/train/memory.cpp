@@ -91,6 +91,7 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     std::int64_t params = 0, state = 0, layers_on_rank = 0;
     bool gemm_layers = false;  // a layer that calls the seam's GEMMs (dense, lm_head, transformer_block)
     std::int64_t scratch_a = 0, scratch_b = 0, scratch_x = 0, scratch_dy = 0;  // values
+    std::int64_t held_x = 0, held_dy = 0;  // values: the OperandReuse slots (below)
     Term workspaces, activations, gradient_buffers, staging;
     // A boundary buffer of `values` values: the float buffer (none with
     // 16-bit storage) and the 16-bit wire buffer (a 16-bit wire).
@@ -142,6 +143,31 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
         if (ls.type() == "transformer_block" && !bf16_onednn) {
           scratch_x = std::max(scratch_x, 3 * rows * ls.input.size());
           scratch_dy = std::max(scratch_dy, rows * ls.input.size());
+        }
+      }
+      // The copies a backward's kernels::OperandReuse scope holds (gemm.hpp;
+      // oneDNN's bf16 GEMM only): two more grow-only slots of bf16 values,
+      // the scope's first and second conversion, i.e. the largest x and the
+      // largest dy of the rank's scoped backwards (LayerEntry::reused_operands).
+      // A splitting layer (dense) opens its scope only in a fused B op and not
+      // under a whole-batch W (its B then runs backward_input alone); a layer
+      // that does not split in every backward op (B or I).
+      if (bf16_onednn) {
+        bool fused = false, backward = false;
+        for (const Op& op : schedule.ops.at(size_t(k)))
+          if (op.stage == st) {
+            fused = fused || op.kind == OpKind::Backward;
+            backward = backward || op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput;
+          }
+        for (int l = 0; l < count; ++l) {
+          const LayerShape& ls = layer(l);
+          if (!ls.entry || !ls.entry->reused_operands) continue;
+          const bool scoped =
+              splits(l) ? fused && !(plan.batch_weights >= 0 && ls.entry->whole_batch_weights) : backward;
+          if (!scoped) continue;
+          const ReusedOperands r = ls.entry->reused_operands(*ls.spec.config, ls.input, rows);
+          held_x = std::max(held_x, r.x);
+          held_dy = std::max(held_dy, r.dy);
         }
       }
       // The whole-batch W (a BatchWeights op): each such layer's output
@@ -257,6 +283,9 @@ std::vector<CellMemory> cell_memory(const Deck& deck, const Partition& partition
     if (scratch_b > 0) c.seam_scratch += view_bytes(scratch_b * (bf16_onednn ? 2 : 4));
     if (scratch_x > 0) c.seam_scratch += view_bytes(scratch_x * 4);
     if (scratch_dy > 0) c.seam_scratch += view_bytes(scratch_dy * 4);
+    if (held_x > 0) c.seam_reuse = view_bytes(held_x * 2);
+    if (held_dy > 0) c.seam_reuse += view_bytes(held_dy * 2);
+    c.seam_scratch += c.seam_reuse;
     c.staging = staging.bytes;
     if (D > 1 && deck.parallel.deterministic_reduction) c.reduction = view_bytes(std::int64_t(D) * params * s);
     // Transient, in a step's tail: the clipping's per-layer bounds (int64) and sums (double).

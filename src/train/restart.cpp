@@ -14,19 +14,29 @@ std::int64_t steps_in_epoch(std::int64_t samples, std::int64_t offset, std::int6
 }
 
 DataPosition restart_position(const CheckpointInfo& info, const std::string& path, const Deck& deck,
-                              std::int64_t train_samples, std::vector<std::string>* changed_out) {
+                              std::int64_t train_samples, std::vector<std::string>* changed_out,
+                              std::string* skipped_check) {
   DataPosition p;
   p.epoch = info.epoch;
-  // The deck the checkpoint's run used (older or foreign decks may not parse).
+  if (skipped_check) skipped_check->clear();
+  // The deck the checkpoint's run used, read as stored (parse_stored_deck:
+  // an earlier version's fp16 keys with bf16, no data section). One that
+  // still does not parse (a foreign or damaged deck) cannot be compared.
   Deck old;
   bool have_old = false;
+  std::string unparsed;  // why not
   try {
-    old = parse_deck(info.deck, path);
+    old = parse_stored_deck(info.deck, path + " (deck)");
     have_old = true;
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    unparsed = e.what();
   }
+  // read_data requires train_images (idx) or train_file (hdf5, tokens): both
+  // empty means the stored deck had no data section (a C API run's).
+  const bool old_data = have_old && (!old.data.train_images.empty() || !old.data.train_file.empty());
+  if (have_old && !old_data) unparsed = "it has no data section";
   std::vector<std::string> changed;
-  if (have_old) {
+  if (old_data) {
     const DataSpec &a = old.data, &b = deck.data;
     auto differs = [&](const char* key, bool d) {
       if (d) changed.push_back(key);
@@ -57,6 +67,20 @@ DataPosition restart_position(const CheckpointInfo& info, const std::string& pat
     const std::int64_t per_epoch = steps_in_epoch(train_samples, 0, N, M);
     p.epoch_samples = std::min(train_samples, (info.step - info.epoch * per_epoch) * N);
     p.loss_samples = 0;
+  }
+  if (!old_data) {  // the keys above could not be compared
+    const std::string why = fmt::format(
+        "the deck stored in the checkpoint cannot be compared with this deck ({}), so whether the training set "
+        "or its order changed (data.format, data.train_images, data.train_labels, data.train_file, "
+        "data.inputs_dataset, data.labels_dataset, data.train_limit, training.shuffle, seed) cannot be checked",
+        unparsed);
+    if (p.epoch_samples > 0)
+      throw InputError(fmt::format("{}: cannot resume in the middle of epoch {} ({} of its samples trained): {}; "
+                                   "restart from an end-of-epoch checkpoint",
+                                   path, p.epoch + 1, p.epoch_samples, why));
+    if (skipped_check)
+      *skipped_check = fmt::format("{}: {}: that check was skipped (resuming at the start of epoch {})", path, why,
+                                   p.epoch + 1);
   }
   if (p.epoch_samples > 0 && !changed.empty())
     throw InputError(fmt::format(

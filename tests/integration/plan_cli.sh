@@ -114,5 +114,24 @@ PY
   then ok tune_trace_other_micro_batches; else fail "tune_trace_other_micro_batches (status $rc)"; cat "$tmp/err"; fi
 fi
 
+# --tune with pipeline.w_group: the candidates are grouped as the deck's schedule is (before: ignored
+# silently), the output says so naming the key, and the file holds the grouped W ops. A group keeps its
+# micro-batches' activations until its W: within the default limit (K = 2 in flight) nothing fits.
+"$plan" "$inputs/deep_mlp.yaml" --ranks 2 --set pipeline.schedule=zero_bubble --set pipeline.w_group=2 \
+  --tune "$tmp/g.yaml" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && [ ! -e "$tmp/g.yaml" ] &&
+   grep -qxF "gpipe-plan: error: --tune: no candidate fits the memory limit (at most 2 micro-batches of a rank's layers, --tune-in-flight); pipeline.w_group = 2 keeps each micro-batch's activations until its group's W: raise --tune-in-flight" "$tmp/err"
+then ok tune_w_group_limit; else fail "tune_w_group_limit (status $rc)"; cat "$tmp/out" "$tmp/err"; fi
+"$plan" "$inputs/deep_mlp.yaml" --ranks 2 --set pipeline.schedule=zero_bubble --set pipeline.w_group=2 \
+  --tune "$tmp/g.yaml" --tune-in-flight 3 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 0 ] &&
+   grep -qxF "  pipeline.w_group = 2: every candidate's W ops are grouped 2 micro-batches at a time, as the deck's own schedule's would be (the written file holds the grouped W ops)" "$tmp/out" &&
+   grep -qF -- "--set pipeline.w_group=1: the file holds the grouped W ops)" "$tmp/out" &&
+   grep -qE '^  - \[[0-9]+, [0-9]+, W, [0-9]+, 2\]$' "$tmp/g.yaml" &&
+   "$plan" "$inputs/deep_mlp.yaml" --ranks 2 --set pipeline.schedule_file="$tmp/g.yaml" >/dev/null 2>>"$tmp/err"
+then ok tune_w_group; else fail "tune_w_group (status $rc)"; cat "$tmp/out" "$tmp/err"; fi
+
 echo "$passed passed, $failures failed"
 [ "$failures" -eq 0 ]

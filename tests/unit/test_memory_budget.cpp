@@ -101,5 +101,52 @@ TEST(MemoryBudget, PlanRunAppliesTheDecksKernelChoice) {
             (4 * 9 * 36 + 4 * 9) * 4 - (4 * 9 + 4) * 4);
 }
 
+// The slots a kernels::OperandReuse scope holds (gemm.hpp: oneDNN's bf16
+// GEMM) were left out of the memory model: two grow-only bf16 slots, the
+// largest x and the largest dy the rank's scoped backwards convert
+// (seam_reuse, part of seam_scratch; tests/mpi/test_memory.cpp measures
+// them to the byte). A dense layer's scope is its fused backward (1f1b,
+// fill_drain at M = 1), not a split one (zero_bubble) or one under the
+// whole-batch W (fill_drain, M > 1); a transformer_block's and a
+// patch_embed's every backward.
+TEST(MemoryBudget, OperandReuseSlotsAreCounted) {
+  const auto have = kernels::available();
+  if (std::find(have.begin(), have.end(), kernels::Implementation::onednn) == have.end() ||
+      std::getenv("GPIPE_KERNELS"))
+    GTEST_SKIP() << "needs oneDNN and no GPIPE_KERNELS override";
+  // Dense inputs 6, 24, 16 and outputs 24, 16, 4: x and dy at most 24 values a row.
+  const std::string mlp = "seed: 1\nprecision: bf16\nmodel:\n  input: 6\n  layers: [{type: dense, units: 24}, "
+                          "{type: layer_norm}, {type: gelu}, {type: dense, units: 16}, {type: tanh}, "
+                          "{type: dense, units: 4}]\n"
+                          "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n"
+                          "optimizer: {type: adam, lr: 0.01}\n";
+  const auto memory = [](const std::string& text) { return plan_run(parse_deck(text, "deck.yaml"), 1).memory.at(0); };
+  const std::string m3 = "training: {epochs: 1, batch_size: 12, micro_batches: 3}\n";  // 4 rows
+  const CellMemory one = memory("kernels: onednn\n" + mlp + m3 + "pipeline: {schedule: 1f1b}\n");
+  const CellMemory zb = memory("kernels: onednn\n" + mlp + m3 + "pipeline: {schedule: zero_bubble}\n");
+  const CellMemory fd = memory("kernels: onednn\n" + mlp + m3);
+  const CellMemory fd1 = memory("kernels: onednn\n" + mlp + "training: {epochs: 1, batch_size: 4}\n");
+  const CellMemory portable = memory("kernels: portable\n" + mlp + m3 + "pipeline: {schedule: 1f1b}\n");
+  kernels::select(kernels::Choice::automatic);  // the process-wide default again
+  EXPECT_EQ(one.seam_reuse, 2 * (4 * 24 * 2));  // x and dy: 4 rows x 24 values x 2 bytes
+  EXPECT_EQ(one.seam_scratch - zb.seam_scratch, one.seam_reuse);
+  EXPECT_EQ(zb.seam_reuse, 0);
+  EXPECT_EQ(fd.seam_reuse, 0);
+  EXPECT_EQ(fd1.seam_reuse, 2 * (4 * 24 * 2));
+  EXPECT_EQ(portable.seam_reuse, 0);  // the rounded route converts nothing into them
+  // A ViT under fill_drain: its final dense layer has the whole-batch W, the
+  // blocks and the patch embedding hold scopes. 3 rows of T = 4 tokens (N = 12):
+  // block 2 (d = 8, hidden 32): x 12 x 32, dy 12 x 32 (qkv's 3d = 24 less);
+  // block 1 (hidden 12): 12 x 12 and 12 x 24; patch_embed: 12 x 4 and 12 x 8.
+  const CellMemory vit = memory(
+      "kernels: onednn\nseed: 1\nprecision: bf16\nmodel:\n  input: [1, 4, 4]\n  layers: [{type: patch_embed, patch: 2, "
+      "width: 8}, {type: pos_embed}, {type: transformer_block, heads: 2, hidden: 12}, {type: transformer_block, "
+      "heads: 2}, {type: token_mean}, {type: layer_norm}, {type: dense, units: 3}]\n"
+      "data: {train_images: a, train_labels: b, test_images: c, test_labels: d}\n"
+      "training: {epochs: 1, batch_size: 6, micro_batches: 2}\noptimizer: {type: adam, lr: 0.01}\n");
+  kernels::select(kernels::Choice::automatic);
+  EXPECT_EQ(vit.seam_reuse, 2 * (12 * 32 * 2));
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -140,7 +140,14 @@ TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   EXPECT_EQ(error_of(good), "(no error)");
   std::string bad_kind = good;
   bad_kind.replace(bad_kind.find("[0, 0, B, 0]"), 12, "[0, 0, X, 0]");
-  EXPECT_EQ(error_of(bad_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I or W, got 'X'");
+  EXPECT_EQ(error_of(bad_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'X'");
+  // The same list when the kind is not a scalar at all, and for a lower-case letter.
+  std::string list_kind = good;
+  list_kind.replace(list_kind.find("[0, 0, B, 0]"), 12, "[0, 0, [B], 0]");
+  EXPECT_EQ(error_of(list_kind), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'a list or map'");
+  std::string lower = good;
+  lower.replace(lower.find("[0, 0, B, 0]"), 12, "[0, 0, b, 0]");
+  EXPECT_EQ(error_of(lower), "s.yaml:13:12: ops[2] kind: expected F, R, B, I, W or G, got 'b'");
   std::string bad_rank = good;
   bad_rank.replace(bad_rank.find("[1, 1, F, 0]"), 12, "[2, 1, F, 0]");
   EXPECT_EQ(error_of(bad_rank), "s.yaml:15:6: ops[4] rank: 2 outside 0..1");
@@ -186,6 +193,45 @@ TEST(ScheduleFile, ErrorsNameTheFileLineAndFirstBadOp) {
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "/nonexistent/s.yaml: cannot open schedule file (missing or unreadable)");
   }
+}
+
+// The checker's position table has 6 x stages x micro_batches entries: a
+// file whose lists match 65536 stages and 65536 micro-batches (2^32 pairs,
+// about 200 GiB of table) with a handful of ops is refused before it is
+// allocated, naming the fields and the limit (the schedule's op count); a
+// number without its list, and a grouped W's count near INT_MAX, too.
+TEST(ScheduleFile, HugeNumbersFailBeforeAllocating) {
+  const int n = 65536;
+  std::string stage_map, remat;
+  for (int i = 0; i < n; ++i) {
+    stage_map += (i ? ", " : "") + std::string(i == 1 ? "1" : "0");
+    remat += i ? ", false" : "false";
+  }
+  const std::string ops = "ops:\n  - [0, 0, F, 0]\n  - [0, 0, F, 1]\n  - [1, 1, F, 0]\n  - [0, 0, B, 0]\n";
+  const std::string huge = "format: gpipe-schedule/1\nname: huge\ncells: 2\nstages: 65536\nmicro_batches: 65536\n"
+                           "rank_of_stage: [" + stage_map + "]\nrematerialized: [" + remat + "]\n" + ops;
+  EXPECT_EQ(error_of(huge),
+            "s.yaml: stages x micro_batches: 65536 x 65536 = 4294967296 (stage, micro-batch) pairs, more than the "
+            "schedule's 4 ops (the limit: each pair needs an F op of its own); rank 0 never runs F(2) of stage 0");
+  // A number alone: its list's length is the bound.
+  const std::string small = "format: gpipe-schedule/1\nname: s\ncells: 1\nstages: 1\nmicro_batches: 2\n"
+                            "rank_of_stage: [0]\nrematerialized: [false, false]\nops:\n  - [0, 0, F, 0]\n"
+                            "  - [0, 0, F, 1]\n  - [0, 0, I, 0]\n  - [0, 0, I, 1]\n  - [0, 0, W, 0, 2]\n";
+  EXPECT_EQ(error_of(small), "(no error)");
+  std::string stages = small;
+  stages.replace(stages.find("stages: 1"), 9, "stages: 2147483647");
+  EXPECT_EQ(error_of(stages), "s.yaml: rank_of_stage: expected 2147483647 entries (one per stage), got 1");
+  std::string micro = small;
+  micro.replace(micro.find("micro_batches: 2"), 16, "micro_batches: 2147483647");
+  EXPECT_EQ(error_of(micro), "s.yaml: rematerialized: expected 2147483647 entries (one per micro-batch), got 2");
+  std::string cells = small;
+  cells.replace(cells.find("cells: 1"), 8, "cells: 2147483647");
+  EXPECT_EQ(error_of(cells), "s.yaml:3:8: cells: expected 1..1048576, got 2147483647");
+  // micro_batch + count would overflow int: refused by the count, not wrapped.
+  std::string count = small;
+  count.replace(count.find("[0, 0, W, 0, 2]"), 15, "[0, 0, W, 1, 2147483647]");
+  EXPECT_EQ(error_of(count), "s.yaml: rank 0, op 4 (W(1..2147483647) of stage 0): covers micro-batches "
+                             "1..2147483647, outside 0..1");
 }
 
 TEST(ScheduleFile, DeckScheduleLoadsAndChecksTheFile) {
@@ -366,6 +412,58 @@ TEST(Tune, BeatsOrEqualsZbH1WithinTheLimit) {
       for (int r = 0; r < 4; ++r)
         EXPECT_LE(peak_activation_bytes(c.schedule, in.activation_bytes, r), c.limit_bytes[size_t(r)]) << c.name;
     }
+  }
+}
+
+// pipeline.w_group applies to --tune's candidates as to the deck's own
+// schedule (it was ignored: every candidate ran one W per micro-batch):
+// each candidate is the ungrouped one grouped by group_weights, simulated
+// with the grouped list's pricing; the same for --tune-trace's times.
+TEST(Tune, HonoursWGroup) {
+  std::string layers;
+  for (int l = 0; l < 8; ++l)
+    layers += "    - {type: synthetic, units: 8, forward_us: 10, params: 100, backward_weights_us: 4}\n";
+  const std::string text = "model:\n  input: 8\n  layers:\n" + layers +
+                           "data: {train_images: ti, train_labels: tl, test_images: si, test_labels: sl}\n"
+                           "training: {epochs: 1, batch_size: 64, micro_batches: 8}\n"
+                           "pipeline: {schedule: zero_bubble}\n";
+  const Deck plain = parse_deck(text, "deck.yaml"), grouped = parse_deck(text, "deck.yaml", {"pipeline.w_group=2"});
+  const TuneResult a = tune(plain, 4, exact_options(plain), 4), b = tune(grouped, 4, exact_options(grouped), 4);
+  ASSERT_EQ(a.candidates.size(), b.candidates.size());
+  EXPECT_GE(b.candidates.size(), 9u);  // ZB-H1, 4 greedy, zb_v, 4 greedy V
+  for (size_t i = 0; i < a.candidates.size(); ++i) {
+    const TuneCandidate &u = a.candidates[i], &g = b.candidates[i];
+    EXPECT_EQ(g.name, u.name);
+    EXPECT_EQ(g.schedule.ops, group_weights(u.schedule, 2).ops) << g.name;
+    int counted = 0;
+    for (const auto& ops : g.schedule.ops)
+      for (const Op& op : ops) counted += op.kind == OpKind::BackwardWeights && op.count == 2;
+    EXPECT_GT(counted, 0) << g.name;
+    EXPECT_EQ(g.step_s, simulate_step(step_input(grouped, 4, exact_options(grouped), g.schedule)).makespan) << g.name;
+    bool fits = true;
+    for (int r = 0; r < 4; ++r)
+      fits = fits && peak_activation_bytes(g.schedule, g.activation_bytes, r) <= g.limit_bytes[size_t(r)];
+    EXPECT_EQ(g.fits, fits) << g.name;
+  }
+  EXPECT_EQ(b.zb_h1_step_s, b.candidates.front().step_s);
+  EXPECT_EQ(tune_w_group_note(plain), "");
+  EXPECT_EQ(tune_w_group_note(grouped),
+            "pipeline.w_group = 2: every candidate's W ops are grouped 2 micro-batches at a time, as the deck's own "
+            "schedule's would be (the written file holds the grouped W ops)");
+  // Measured times: a grouped W lasts the sum of its micro-batches' W.
+  TraceTimes times;
+  times.cells = 2;
+  times.micro_batches = 4;
+  times.forward = {1.0, 2.0};
+  times.backward_input = {2.0, 2.0};
+  times.backward_weights = {0.5, 1.5};
+  const TuneResult c = tune_times(times, 4, 2, 0.1), d = tune_times(times, 4, 2, 0.1, 4);
+  ASSERT_EQ(c.candidates.size(), d.candidates.size());
+  for (size_t i = 0; i < c.candidates.size(); ++i) {
+    EXPECT_EQ(d.candidates[i].schedule.ops, group_weights(c.candidates[i].schedule, 4).ops) << d.candidates[i].name;
+    for (const auto& ops : d.candidates[i].schedule.ops)
+      for (const Op& op : ops)
+        if (op.kind == OpKind::BackwardWeights) EXPECT_EQ(op.count, 4) << d.candidates[i].name;
   }
 }
 

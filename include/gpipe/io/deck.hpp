@@ -130,6 +130,23 @@ Deck parse_model_deck(const std::string& text, const std::string& name,
                       const std::vector<std::string>& overrides = {});
 Deck load_model_deck(const std::string& path, const std::vector<std::string>& overrides = {});
 
+/// As parse_deck, for the deck stored in a checkpoint (CheckpointInfo::deck),
+/// which an earlier version or another entry point wrote: gpipe-infer and a
+/// restart's check of what changed (train/restart.hpp) read it with this.
+/// Relaxes exactly two rules of parse_deck, and checks everything else as it
+/// does (InputError naming `name`, line and column):
+///  - training.loss_scale, training.loss_scale_growth_interval,
+///    training.loss_scale_growth and training.loss_scale_backoff with a
+///    precision (after `overrides`) that has no loss scaling (float, double,
+///    bf16): parse_deck refuses them; here they are dropped unread, their
+///    values unchecked (deck.training keeps the defaults, deck.text lacks
+///    them). With fp16 they are read and checked as parse_deck does.
+///  - the data section is optional, as in parse_model_deck (a checkpoint
+///    written through the C API has none): without one deck.data keeps its
+///    defaults (empty train_images and train_file).
+Deck parse_stored_deck(const std::string& text, const std::string& name,
+                       const std::vector<std::string>& overrides = {});
+
 /// Throws InputError if a layer of `model` computes statistics over the
 /// micro-batch that are undefined for micro-batches of `rows` rows: a
 /// batchnorm2d layer (input [C, H, W]) needs at least 2 values per channel,

@@ -75,6 +75,15 @@ class LayerKeys {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// The operands a layer's backward converts to bf16 once and holds in the
+/// kernel seam's reuse slots while its kernels::OperandReuse scope lives
+/// (gpipe/kernels/gemm.hpp; oneDNN's bf16 GEMM only): the values of the
+/// largest GEMM operand x (the first of a weight-gradient product) and of
+/// the largest dy (the second) it converts inside the scope.
+struct ReusedOperands {
+  std::int64_t x = 0, dy = 0;
+};
+
 /// One layer type. Functions are plain pointers so an entry is constant data.
 struct LayerEntry {
   std::string name;               ///< deck `type`
@@ -103,6 +112,14 @@ struct LayerEntry {
   /// to the cell's bytes.
   std::vector<std::int64_t> (*workspace)(const LayerConfig& config, const Shape& input, std::int64_t rows,
                                          int scalar_bytes, int micro_batches) = nullptr;
+  /// The layer's kernels::OperandReuse operands for micro-batches of `rows`
+  /// samples (null: its backward opens no such scope). A splitting layer
+  /// (Dense) opens the scope in its fused backward() only, not in
+  /// backward_input / backward_weights; a layer that does not split (a
+  /// transformer block's or patch embedding's inner Dense products) in every
+  /// backward. The memory model (train/memory.hpp, seam_scratch) counts the
+  /// grow-only slots they take.
+  ReusedOperands (*reused_operands)(const LayerConfig& config, const Shape& input, std::int64_t rows) = nullptr;
   /// The layer computes its backward as separate B (input gradient) and W
   /// (weight gradient) ops; must equal its Layer::splits_backward(). The
   /// buffer plan keeps its output gradient from B to W (zero_bubble).

@@ -20,7 +20,14 @@ std::string to_string(const Op& op);
 /// malformed stage map or size. Rules:
 ///  - shape: cells >= 1, stages >= cells, micro_batches >= 1,
 ///    rank_of_stage has `stages` entries in [0, cells) and gives every rank
-///    at least one stage, `ops` has `cells` lists, `rematerialized` has M;
+///    at least one stage, `ops` has `cells` lists, `rematerialized` has M,
+///    and stages x micro_batches is at most the number of ops (each
+///    (stage, micro-batch) needs an F op of its own): "<source>: stages x
+///    micro_batches: S x M = P (stage, micro-batch) pairs, more than the
+///    schedule's N ops (the limit: ...); rank R never runs F(m) of stage s".
+///    These come first, so every table the checker allocates is bounded by
+///    the lists the schedule holds, never by its numbers alone (a file's
+///    huge stages or micro_batches fail instead of exhausting memory);
 ///  - every op: micro-batch in [0, M), stage in [0, stages), on the rank the
 ///    stage map gives its stage; only a W op covers more than one
 ///    micro-batch (Op::count >= 1, all of them in [0, M); a grouped W counts
@@ -45,8 +52,9 @@ std::string to_string(const Op& op);
 ///    non-blocking and their buffers come from the buffer plan). When no rank
 ///    can proceed, the lowest blocked rank's op is named with what it waits
 ///    for and where that rank is stuck.
-/// Not collective. Cost: O(ops x ranks) at most (the deadlock simulation
-/// sweeps the ranks until none advances).
+/// Not collective. Cost: O(ops x ranks) time at most (the deadlock
+/// simulation sweeps the ranks until none advances), O(ops) memory (the
+/// position table, 6 x stages x micro_batches entries, after the bound above).
 void check_schedule(const Schedule& schedule, const std::string& source = "schedule");
 
 }  // namespace gpipe

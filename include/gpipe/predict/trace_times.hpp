@@ -38,7 +38,12 @@ TraceTimes read_trace_times(const std::string& path);
 /// cell, both W policies) simulated with `times` (the same for every
 /// micro-batch), messages of `message_s`, no optimizer, activation 1 per
 /// stage micro-batch and a limit of `in_flight` per rank; the best that
-/// fits. Throws InputError for in_flight < 1.
-TuneResult tune_times(const TraceTimes& times, int micro_batches, int in_flight, double message_s);
+/// fits. With `w_group` > 1 (the deck's pipeline.w_group) every candidate's
+/// W ops are grouped by group_weights after planning, a grouped W taking
+/// the sum of its micro-batches' W times (the trace's per-micro-batch W,
+/// read_trace_times). Throws InputError for in_flight < 1, and as
+/// group_weights does for w_group < 1.
+TuneResult tune_times(const TraceTimes& times, int micro_batches, int in_flight, double message_s,
+                      int w_group = 1);
 
 }  // namespace gpipe

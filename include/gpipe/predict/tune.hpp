@@ -49,8 +49,21 @@ struct TuneResult {
 /// with the per-stage time of the largest micro-batch. The limit on rank r is `in_flight`
 /// micro-batches of its layers (the sum of its stages' activation_bytes
 /// times in_flight; ZB-H1 and 1F1B's cell 0 hold K). The best is the fewest
-/// simulated seconds among those that fit (ties: the first). Throws
-/// InputError as step_input does, and for in_flight < 1.
+/// simulated seconds among those that fit (ties: the first). The deck's
+/// pipeline.w_group applies to every candidate as to the deck's own
+/// schedule: each is planned per micro-batch, then its W ops are grouped
+/// (group_weights; TuneCandidate::schedule is the grouped list, written
+/// with its counts) and simulated with step_input of the grouped list (a
+/// grouped W priced as one pass of the stacked layers over the group's
+/// rows); the peak activation bytes count each member until its group's W.
+/// Throws InputError as step_input does, and for in_flight < 1.
 TuneResult tune(const Deck& deck, int ranks, const PredictOptions& options, int in_flight);
+
+/// The line gpipe-plan --tune prints under its header when the deck's
+/// pipeline.w_group applies to the candidates (tune, tune_times), naming the
+/// key and the value: "pipeline.w_group = 2: every candidate's W ops are
+/// grouped 2 micro-batches at a time, as the deck's own schedule's would be
+/// (the written file holds the grouped W ops)"; "" for w_group = 1.
+std::string tune_w_group_note(const Deck& deck);
 
 }  // namespace gpipe

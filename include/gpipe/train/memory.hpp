@@ -63,8 +63,17 @@ struct CellMemory {
   /// activation operand of the rank's layers (x and dy of a layer with
   /// weights, whole-batch under a BatchWeights op; a transformer block's
   /// widest token rows) in each of its two slots; process-wide, so not exact
-  /// (scripts/check_memory_model.py checks it within 5%).
+  /// (scripts/check_memory_model.py checks it within 5%). It includes
+  /// seam_reuse.
   std::int64_t seam_scratch = 0;
+  /// The part of seam_scratch that is exact: with oneDNN's bf16 GEMM, the
+  /// two grow-only slots of the copies a kernels::OperandReuse scope holds
+  /// (gemm.hpp; a dense layer's fused backward outside a whole-batch W, and
+  /// every backward of a transformer_block or patch_embed): 2 bytes a value
+  /// of the largest x and of the largest dy those backwards convert on the
+  /// rank (LayerEntry::reused_operands); 0 on other routes and formats.
+  /// Not added to total() apart (seam_scratch holds it).
+  std::int64_t seam_reuse = 0;
   /// Peak device bytes of a training step: the sum of every term.
   std::int64_t total() const;
 };

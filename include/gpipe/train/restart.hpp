@@ -43,8 +43,17 @@ struct DataPosition {
 /// training.shuffle). At an epoch boundary such changes are allowed and
 /// returned in `changed` (for a warning). Checkpoints older than these
 /// records resume by step with the batch size of their own deck.
+///
+/// The checkpoint's deck is read with parse_stored_deck (io/deck.hpp). When
+/// it still does not parse, or has no data section (a C API run's), the keys
+/// above cannot be compared: mid-epoch (the position depends on them) this
+/// throws InputError naming `path` and the reason; at an epoch boundary (the
+/// position does not) it resumes and sets `skipped_check` (if not null; ""
+/// otherwise) to a warning naming `path`, the reason and that the check was
+/// skipped, which the caller prints once (gpipe-train: rank 0). Not collective.
 DataPosition restart_position(const CheckpointInfo& info, const std::string& path, const Deck& deck,
-                              std::int64_t train_samples, std::vector<std::string>* changed = nullptr);
+                              std::int64_t train_samples, std::vector<std::string>* changed = nullptr,
+                              std::string* skipped_check = nullptr);
 
 /// Optimizer steps of one epoch of `samples` samples from sample `offset` on:
 /// full batches of `batch_size`, plus a last partial batch if it holds at
