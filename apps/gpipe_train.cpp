@@ -663,7 +663,7 @@ int train(const gpipe::Deck& deck, const Options& options, int rank, int ranks) 
   const char* fault = std::getenv("GPIPE_FAULT_SIGNAL_AT_STEP");
   const std::int64_t fault_step = fault ? std::atoll(fault) : -1;
   const auto stop = [&] {
-    if (rank == ranks - 1 && pipeline->steps_done() == fault_step) std::raise(SIGTERM);
+    if (rank == ranks - 1 && pipeline->steps_done() == fault_step) gpipe::raise_stop_signal(SIGTERM);
     return (stopped_by = gpipe::stop_agreed(MPI_COMM_WORLD)) != 0;
   };
   const double start = MPI_Wtime();

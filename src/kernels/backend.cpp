@@ -62,6 +62,9 @@ bool device_has_tf32() {
 //     shapes: its direct AVX-512 kernels on blocked layouts ran forward
 //     1-4x and backward-weights 1-3.8x the raw GEMM rate, the portable
 //     im2col + GEMM 0.25-0.65x; perf/README.md "Convolution").
+//   gemm and gemm_bias float below AVX-512 (onednn_f32_gemm_rule): portable,
+//     so a row keeps its bits whatever the micro-batch size (the bitwise
+//     invariants across M and K rest on it).
 //   double: portable everywhere (oneDNN has no f64 matmul on CPUs).
 //   bf16 (2 bytes: bf16 operands, fp32 accumulation): bf16_native_rule
 //     (backend.hpp, its table of measurements): oneDNN's bf16 matmul and
@@ -84,7 +87,11 @@ Implementation automatic(Primitive p, int scalar_bytes) {
     return Implementation::portable;
   if (has(Implementation::cublas, p, scalar_bytes)) return Implementation::cublas;
   if (has(Implementation::cudnn, p, scalar_bytes)) return Implementation::cudnn;
-  return has(Implementation::onednn, p, scalar_bytes) ? Implementation::onednn : Implementation::portable;
+  if (!has(Implementation::onednn, p, scalar_bytes)) return Implementation::portable;
+  // Dense f32 GEMMs below AVX-512: oneDNN's row bits depend on the row count there.
+  if (scalar_bytes == 4 && (p == Primitive::gemm || p == Primitive::gemm_bias) && !onednn_f32_gemm_rule(this_cpu()))
+    return Implementation::portable;
+  return Implementation::onednn;
 }
 
 std::atomic<int> route{int(Bf16Route::automatic)};
@@ -175,6 +182,8 @@ bool bf16_native_rule(const CpuTraits& cpu, Primitive primitive) {
   return cpu.vendor == CpuVendor::amd;
 }
 
+bool onednn_f32_gemm_rule(const CpuTraits& cpu) { return cpu.avx512_core; }
+
 Bf16Route parse_bf16_route(const std::string& text, const std::string& field) {
   if (text == "auto") return Bf16Route::automatic;
   if (text == "native") return Bf16Route::native;
@@ -217,7 +226,8 @@ bool has(Implementation implementation, Primitive primitive, int scalar_bytes) {
 #ifdef GPIPE_ENABLE_ONEDNN
   // every primitive has a oneDNN implementation at float, and all but eltwise at bf16
   if (implementation == Implementation::onednn)
-    return host_memory && (scalar_bytes == 4 || (scalar_bytes == 2 && primitive != Primitive::eltwise));
+    return host_memory && (scalar_bytes == 4 || (scalar_bytes == 2 && primitive != Primitive::eltwise &&
+                                                 this_cpu().avx512_core));
 #else
   (void)primitive;
   (void)scalar_bytes;

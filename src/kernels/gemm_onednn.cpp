@@ -153,6 +153,9 @@ void batched_gemm(const ExecSpace& space, Op ta, Op tb, std::int64_t outer, std:
 // packing would cost what it saves); from the second on, the packed one.
 // When the outermost scope ends, the W it did not use are dropped (a
 // destroyed Pipeline's weights do not stay packed for the process).
+// Below AVX-512 nothing is packed: there the matmul with blocked weights
+// is another kernel than the plain one, with other bits (backend.hpp,
+// onednn_f32_gemm_rule).
 namespace {
 
 struct Packed {
@@ -237,7 +240,7 @@ std::int64_t packed_bytes() {
 void gemm_bias_weights(const ExecSpace& space, ConstMatrix<float> x, ConstMatrix<float> w, ConstMatrix<float> bias,
                        Matrix<float> y, std::uint64_t scope) {
   const std::int64_t m = std::int64_t(x.extent(0)), k = std::int64_t(x.extent(1)), n = std::int64_t(w.extent(1));
-  if (m == 0 || k == 0 || scope == 0) return gemm_bias(space, x, w, bias, y);
+  if (m == 0 || k == 0 || scope == 0 || !cpu_traits().avx512_core) return gemm_bias(space, x, w, bias, y);
   Entry& e = cache().get({3, m, k, n}, [&] {
     const memory::desc xd({m, k}, f32, dims{k, 1}), bd({1, n}, f32, dims{n, 1}), yd({m, n}, f32, dims{n, 1});
     return make_packed_matmul(xd, k, n, &bd, yd, 1.0f, 0.0f);
@@ -255,7 +258,8 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix
   const std::int64_t wr = std::int64_t(w.extent(0)), wc = std::int64_t(w.extent(1));
   const std::int64_t m = std::int64_t(c.extent(0)), n = std::int64_t(c.extent(1));
   const std::int64_t k = ta == Op::none ? ac : ar;
-  if (m == 0 || n == 0 || k == 0 || scope == 0) return gemm(space, ta, tw, alpha, a, w, beta, c);
+  if (m == 0 || n == 0 || k == 0 || scope == 0 || !cpu_traits().avx512_core)
+    return gemm(space, ta, tw, alpha, a, w, beta, c);
   Entry& e = cache().get({4, int(ta), int(tw), ar, ac, wr, wc, m, n, bits(alpha), bits(beta)}, [&] {
     const memory::desc ad = ta == Op::none ? memory::desc({m, k}, f32, dims{ac, 1}) : memory::desc({m, k}, f32, dims{1, ac});
     const memory::desc cd({m, n}, f32, dims{n, 1});
@@ -279,6 +283,7 @@ CpuTraits cpu_traits() {
 #endif
     const auto isa = unsigned(dnnl::get_effective_cpu_isa());
     const auto has = [isa](dnnl::cpu_isa want) { return (isa & unsigned(want)) == unsigned(want); };
+    t.avx512_core = has(dnnl::cpu_isa::avx512_core);
     t.avx512_bf16 = has(dnnl::cpu_isa::avx512_core_bf16);
     t.amx = has(dnnl::cpu_isa::avx512_core_amx);
     return t;

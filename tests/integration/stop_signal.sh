@@ -5,7 +5,8 @@
 #     the documented message; restarting from it ends bitwise equal (parameters
 #     and optimizer state, h5diff) to an uninterrupted run; a stale .tmp
 #     checkpoint in the directory is removed at that restart.
-#  2. A real SIGUSR1 from outside (kill) stops a running job the same way.
+#  2. A real SIGUSR1 from outside (kill) stops a running job the same way,
+#     also where oneDNN runs its JIT sgemm (ONEDNN_MAX_CPU_ISA=AVX2).
 #  3. A second signal ends the process at once (status 128 + signal).
 # Usage: stop_signal.sh PATH/TO/gpipe-train PATH/TO/inputs MPIEXEC [MPIEXEC_PREFLAGS...]
 set -u
@@ -64,16 +65,29 @@ wait_for_progress() {  # log pid: until the first progress line (the run is then
 }
 long=(--set data.train_limit=1024 --set data.test_limit=128 --set training.epochs=100000
       --set training.progress_every=1 --set checkpoint.every_epochs=0)
-"$exe" "$deck" "${long[@]}" --set checkpoint.directory="$tmp/c" >"$tmp/c.log" 2>&1 &
-pid=$!; pids+=("$pid")
-if wait_for_progress "$tmp/c.log" "$pid"; then
-  kill -USR1 "$pid"
-  wait "$pid"; status=$?
-  n=$(ls "$tmp/c" | grep -c '^ckpt_[0-9]*_[0-9a-f]*\.h5$')
-  if [ "$status" -eq 75 ] && [ "$n" -eq 1 ] && grep -q "stopped by SIGUSR1 after step" "$tmp/c.log"; then
-    ok "SIGUSR1 from outside: exit 75, one checkpoint ($(ckpts "$tmp/c"))"
-  else fail "SIGUSR1 from outside: status $status, checkpoints: $(ckpts "$tmp/c"), log: $(tail -n 3 "$tmp/c.log")"; fi
-else fail "the long run printed no progress: $(cat "$tmp/c.log")"; fi
+# $1: a label, $2: the checkpoint folder; the rest: environment (VAR=VALUE) for the run
+usr1_from_outside() {
+  local label=$1 dir=$2
+  shift 2
+  env "$@" "$exe" "$deck" "${long[@]}" --set checkpoint.directory="$dir" >"$dir.log" 2>&1 &
+  local pid=$!; pids+=("$pid")
+  if wait_for_progress "$dir.log" "$pid"; then
+    kill -USR1 "$pid"
+    wait "$pid"; local status=$?
+    local n; n=$(ls "$dir" 2>/dev/null | grep -c '^ckpt_[0-9]*_[0-9a-f]*\.h5$')
+    if [ "$status" -eq 75 ] && [ "$n" -eq 1 ] && grep -q "stopped by SIGUSR1 after step" "$dir.log"; then
+      ok "SIGUSR1 from outside$label: exit 75, one checkpoint ($(ckpts "$dir"))"
+    else fail "SIGUSR1 from outside$label: status $status, checkpoints: $(ckpts "$dir"), log: $(grep -v ' step ' "$dir.log" | tail -n 20)"; fi
+  else fail "the long run$label printed no progress: $(cat "$dir.log")"; fi
+}
+usr1_from_outside "" "$tmp/c"
+# The CPU class below AVX-512: oneDNN's JIT sgemm points rsp into the heap
+# while it runs (oneDNN issue 4845); a handler run on that thread corrupted
+# the heap ("corrupted size vs. prev_size", status 134). The signals are
+# taken by a thread that runs no kernel (train/stop_signal.hpp).
+for i in 1 2 3; do
+  usr1_from_outside " (kernels onednn, ONEDNN_MAX_CPU_ISA=AVX2, run $i)" "$tmp/avx2_$i" GPIPE_KERNELS=onednn ONEDNN_MAX_CPU_ISA=AVX2
+done
 
 # ---- 3. a second signal: exit at once. Stopped, the process gets SIGUSR1 and SIGTERM
 # pending; on SIGCONT both handlers run before the step can finish.

@@ -185,7 +185,16 @@ TEST(KernelsGemm, RepeatableAndOneDnnRowsIndependentOfRowCount) {
       const auto dx_all = test::to_host(dx_full);
       kernels::gemm<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, w, 0.0f, dx_full);
       ASSERT_EQ(test::to_host(dx_full), dx_all) << "repeat dY W^T " << kernels::name(choice);
+      // oneDNN's f32 GEMM keeps a row's bits whatever the row count where
+      // `auto` runs it (onednn_f32_gemm_rule: AVX-512 and up); below, `auto`
+      // runs the portable GEMM instead.
       if (choice != Choice::onednn) continue;
+      if (!kernels::onednn_f32_gemm_rule(kernels::this_cpu())) {
+        const Selected automatic(Choice::automatic);
+        EXPECT_EQ(kernels::implementation(kernels::Primitive::gemm, 4), kernels::Implementation::portable);
+        EXPECT_EQ(kernels::implementation(kernels::Primitive::gemm_bias, 4), kernels::Implementation::portable);
+        continue;
+      }
       for (std::int64_t rows : {1, 3, 16, 32, 255}) {
         Matrix<float> part("part", rows, n);
         kernels::gemm_bias<float>(ExecSpace(), leading_rows(x, rows), w, bias, part);
@@ -239,8 +248,10 @@ TEST(KernelsGemm, PackedWeightsBitwiseUnpacked) {
         kernels::gemm_weights<float>(ExecSpace(), Op::transpose, Op::none, 0.7f, xt, w, 1.3f, z);
         ASSERT_EQ(test::to_host(z), z_ref) << "0.7 A^T W + 1.3 C " << where;
       }
-      if (choice == Choice::onednn)  // the packed path ran: W in two forms
+      if (choice == Choice::onednn && kernels::onednn_f32_gemm_rule(kernels::this_cpu()))  // packed: W in two forms
         EXPECT_GE(kernels::FrozenWeights::packed_bytes(), 2 * k * n * std::int64_t(sizeof(float))) << kernels::name(choice);
+      else if (choice == Choice::onednn)  // below AVX-512 oneDNN never packs (gemm_onednn.cpp)
+        EXPECT_EQ(kernels::FrozenWeights::packed_bytes(), 0) << kernels::name(choice);
     }
   }
 }
@@ -294,7 +305,10 @@ TEST(KernelsGemm, PackedWeightsFollowTheirWeights) {
       EXPECT_EQ(frozen_products(w), updated) << "updated W " << kernels::name(choice);
     }
     EXPECT_EQ(plain(w), updated);
-    if (choice == Choice::onednn) {  // w2, unused in the second scope, was dropped at its end; w stays packed
+    // Below AVX-512 oneDNN never packs (gemm_onednn.cpp): nothing to follow.
+    if (choice == Choice::onednn && !kernels::onednn_f32_gemm_rule(kernels::this_cpu()))
+      EXPECT_EQ(kernels::FrozenWeights::packed_bytes(), 0);
+    else if (choice == Choice::onednn) {  // w2, unused in the second scope, was dropped at its end; w stays packed
       const std::int64_t one = kernels::FrozenWeights::packed_bytes();
       EXPECT_GE(one, 2 * k * n * std::int64_t(sizeof(float)));
       {

@@ -114,6 +114,8 @@ TEST(MemoryBudget, OperandReuseSlotsAreCounted) {
   if (std::find(have.begin(), have.end(), kernels::Implementation::onednn) == have.end() ||
       std::getenv("GPIPE_KERNELS"))
     GTEST_SKIP() << "needs oneDNN and no GPIPE_KERNELS override";
+  if (!kernels::has(kernels::Implementation::onednn, kernels::Primitive::gemm, 2))
+    GTEST_SKIP() << "oneDNN has no bf16 primitives on this CPU (below AVX-512): no slots to count";
   // Dense inputs 6, 24, 16 and outputs 24, 16, 4: x and dy at most 24 values a row.
   const std::string mlp = "seed: 1\nprecision: bf16\nmodel:\n  input: 6\n  layers: [{type: dense, units: 24}, "
                           "{type: layer_norm}, {type: gelu}, {type: dense, units: 16}, {type: tanh}, "

@@ -76,7 +76,8 @@ std::vector<Forced> forced_choices() {
     if (i == kernels::Implementation::portable) {
       out.push_back({Choice::portable, kernels::Bf16Route::automatic});
     } else if (i == kernels::Implementation::onednn) {
-      out.push_back({Choice::onednn, kernels::Bf16Route::native});
+      if (kernels::has(kernels::Implementation::onednn, kernels::Primitive::gemm, 2))  // AVX-512 and up
+        out.push_back({Choice::onednn, kernels::Bf16Route::native});
       out.push_back({Choice::onednn, kernels::Bf16Route::rounded});
     }
   return out;
@@ -561,6 +562,8 @@ TEST(ReducedPrecision, PackedBf16WeightsBitwisePlain) {
   const auto impls = kernels::available();
   if (std::find(impls.begin(), impls.end(), kernels::Implementation::onednn) == impls.end())
     GTEST_SKIP() << "no oneDNN in this build";
+  if (!kernels::has(kernels::Implementation::onednn, kernels::Primitive::gemm, 2))
+    GTEST_SKIP() << "oneDNN has no bf16 primitives on this CPU (below AVX-512)";
   Selected sel({Choice::onednn, kernels::Bf16Route::native});
   const ComputeScope format(Format::bf16);
   for (const auto& s : std::vector<std::array<std::int64_t, 3>>{

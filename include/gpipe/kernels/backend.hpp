@@ -74,7 +74,10 @@ std::vector<Implementation> available();
 /// Whether this build has `implementation` for `primitive` at the precision
 /// of `scalar_bytes` (4: float, 8: double, 2: bf16 operands with fp32
 /// accumulation and fp32 results; oneDNN has gemm, gemm_bias, batched_gemm,
-/// attention (through its batched GEMMs) and conv2d there).
+/// attention (through its batched GEMMs) and conv2d there, on CPUs where it
+/// dispatches avx512_core or more: oneDNN 2.6 has no bf16 primitive below
+/// AVX-512, so on an AVX2 CPU bf16 takes the rounded route on the f32
+/// primitives).
 bool has(Implementation implementation, Primitive primitive, int scalar_bytes);
 
 /// Parses a choice ("auto", "portable", "onednn", "cublas", "cudnn").
@@ -103,6 +106,7 @@ struct CpuTraits {
   CpuVendor vendor = CpuVendor::other;
   bool avx512_bf16 = false;  ///< oneDNN may dispatch avx512_core_bf16 (AVX-512 BF16 dot products)
   bool amx = false;          ///< oneDNN may dispatch avx512_core_amx (AMX tiles, bf16)
+  bool avx512_core = false;  ///< oneDNN may dispatch avx512_core (its brgemm matmul; bf16 data types at all)
 };
 
 /// This process's CPU: the vendor, and oneDNN's effective ISA (all false
@@ -111,6 +115,21 @@ CpuTraits this_cpu();
 
 /// "intel", "amd", "other".
 const char* name(CpuVendor vendor);
+
+/// The f32 dense GEMM rule of `kernels: auto`: whether gemm and gemm_bias at
+/// float run oneDNN (true) or the portable ones (false). True where oneDNN
+/// dispatches avx512_core or more (cpu.avx512_core): its brgemm matmul
+/// gives a row the same bits whatever the call's row count (pinned by
+/// KernelsGemm.RepeatableAndOneDnnRowsIndependentOfRowCount), the premise
+/// of the bitwise invariants across micro-batch counts and K. Below it (an
+/// AVX2 CPU) oneDNN runs its JIT sgemm, whose blocking depends on the row
+/// count: under ONEDNN_MAX_CPU_ISA=AVX2 one row of a k 784 x n 1024 product
+/// differs between a 1-row and a 64-row call, so `auto` keeps the portable
+/// GEMM there (`kernels: onednn` still runs oneDNN's, without that
+/// guarantee, and never packs weights: FrozenWeights products are the plain
+/// ones). A pure function of its argument. The other float primitives
+/// (batched_gemm, attention, conv2d, eltwise) keep oneDNN below AVX-512.
+bool onednn_f32_gemm_rule(const CpuTraits& cpu);
 
 /// The bf16 route rule of `kernels: auto`: whether `primitive` at bf16
 /// (implementation(p, 2)) runs oneDNN's native bf16 primitive (true) or
