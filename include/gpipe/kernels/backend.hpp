@@ -121,13 +121,20 @@ const char* name(CpuVendor vendor);
 /// dispatches avx512_core or more (cpu.avx512_core): its brgemm matmul
 /// gives a row the same bits whatever the call's row count (pinned by
 /// KernelsGemm.RepeatableAndOneDnnRowsIndependentOfRowCount), the premise
-/// of the bitwise invariants across micro-batch counts and K. Below it (an
-/// AVX2 CPU) oneDNN runs its JIT sgemm, whose blocking depends on the row
-/// count: under ONEDNN_MAX_CPU_ISA=AVX2 one row of a k 784 x n 1024 product
-/// differs between a 1-row and a 64-row call, so `auto` keeps the portable
-/// GEMM there (`kernels: onednn` still runs oneDNN's, without that
-/// guarantee, and never packs weights: FrozenWeights products are the plain
-/// ones). A pure function of its argument. The other float primitives
+/// of the bitwise invariants of a Dense model across micro-batch counts
+/// (KernelSeamPipeline.OneDnnDenseModelBitwiseAcrossMicroBatchCounts). Below
+/// it (an AVX2 CPU) oneDNN runs its JIT sgemm, whose blocking depends on the
+/// row count: under ONEDNN_MAX_CPU_ISA=AVX2 a row of a k 784 x n 1024 product
+/// differs between a 1-row and a 256-row call, and the epoch reports of
+/// Metrics.OneDnnEpochReportsBitwiseAcrossKAndM differ across K and M, which
+/// the portable GEMM keeps bitwise; so `auto` runs the portable GEMM there
+/// (the reference; oneDNN's sgemm ran the quickstart MLP at 1.07-1.16x it,
+/// ONEDNN_MAX_CPU_ISA=AVX2 OPENBLAS_CORETYPE=Haswell on an Intel Xeon: given
+/// up for the invariants). `kernels: onednn` still runs oneDNN's, without
+/// them, and packs no weights (FrozenWeights products are the plain ones).
+/// Neither GEMM keeps every row's bits below AVX-512 (OpenBLAS blocks 16
+/// rows), so the bitwise-across-M test of a Dense model is skipped there.
+/// A pure function of its argument. The other float primitives
 /// (batched_gemm, attention, conv2d, eltwise) keep oneDNN below AVX-512.
 bool onednn_f32_gemm_rule(const CpuTraits& cpu);
 
