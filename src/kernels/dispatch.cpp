@@ -523,6 +523,8 @@ void attention_backward(const ExecSpace& space, const AttentionShape& shape, Con
 // plain gemm_bias / gemm.
 namespace {
 std::uint64_t frozen_scope = 0, frozen_depth = 0, frozen_count = 0;
+const void* frozen_begin = nullptr;  // the outermost scope's weight range (pack_next)
+const void* frozen_end = nullptr;
 }  // namespace
 
 OperandReuse::OperandReuse() { ++reuse_scope().depth; }
@@ -534,12 +536,25 @@ OperandReuse::~OperandReuse() {
 FrozenWeights::FrozenWeights() {
   if (frozen_depth++ == 0) frozen_scope = ++frozen_count;
 }
+FrozenWeights::FrozenWeights(const void* weights, std::int64_t bytes) : FrozenWeights() {
+  if (frozen_depth == 1 && weights != nullptr && bytes > 0) {
+    frozen_begin = weights;
+    frozen_end = static_cast<const char*>(weights) + bytes;
+  }
+}
 FrozenWeights::~FrozenWeights() {
   if (--frozen_depth != 0) return;
 #ifdef GPIPE_ENABLE_ONEDNN
   onednn::drop_unused_packs(frozen_scope);
 #endif
   frozen_scope = 0;
+  frozen_begin = frozen_end = nullptr;
+}
+bool FrozenWeights::pack_next() {
+#ifdef GPIPE_ENABLE_ONEDNN
+  if (frozen_scope != 0 && frozen_begin != nullptr) return onednn::pack_next(frozen_scope, frozen_begin, frozen_end);
+#endif
+  return false;
 }
 std::uint64_t FrozenWeights::current() { return frozen_scope; }
 std::int64_t FrozenWeights::packed_bytes() {

@@ -230,6 +230,25 @@ void drop_unused_packs(std::uint64_t scope) {
   for (auto it = p.begin(); it != p.end();) it = it->second.seen == scope ? std::next(it) : p.erase(it);
 }
 
+bool pack_next(std::uint64_t scope, const void* begin, const void* end) {
+  if (!cpu_traits().avx512_core) return false;  // nothing is packed below AVX-512
+  const auto* lo = static_cast<const char*>(begin);
+  const auto* hi = static_cast<const char*>(end);
+  for (auto& [key, p] : packs()) {
+    if (!p.mem || p.packed == scope) continue;
+    const float* w = std::get<0>(key);
+    const auto* first = reinterpret_cast<const char*>(w);
+    const std::int64_t bytes = std::get<1>(key) * std::get<2>(key) * std::int64_t(sizeof(float));
+    if (first < lo || first + bytes > hi) continue;  // another scope's W: it may be gone
+    p.plain.set_data_handle(const_cast<float*>(w));
+    p.reorder.execute(stream(), p.plain, p.mem);
+    stream().wait();
+    p.packed = p.seen = scope;  // its first product in the scope runs packed
+    return true;
+  }
+  return false;
+}
+
 std::int64_t packed_bytes() {
   std::int64_t bytes = 0;
   for (const auto& [key, p] : packs())

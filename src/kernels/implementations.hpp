@@ -63,6 +63,9 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, float alpha, ConstMatrix
                   float beta, Matrix<float> c, std::uint64_t scope);
 std::int64_t packed_bytes();  // bytes of the packed copies held (gemm_onednn.cpp)
 void drop_unused_packs(std::uint64_t scope);  // drops the W not used in `scope` (its end)
+// Packs one held W inside [begin, end) not yet packed in `scope` (idle time,
+// FrozenWeights::pack_next); false when there is none.
+bool pack_next(std::uint64_t scope, const void* begin, const void* end);
 // Element-wise activations over n contiguous floats (eltwise_onednn.cpp).
 void eltwise_forward(const ExecSpace& space, Eltwise f, const float* x, float* y, std::int64_t n);
 void eltwise_backward(const ExecSpace& space, Eltwise f, const float* x, const float* dy, float* dx, std::int64_t n);

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "gpipe/core/error.hpp"
+#include "gpipe/kernels/gemm.hpp"
 
 namespace gpipe {
 
@@ -417,6 +418,8 @@ void Stage<T>::forward(int m, bool whole_stage, LossSums& sums) {
   activation_slot_[size_t(m)] =
       whole_stage ? plan_->forward_slot[size_t(m)] : plan_->activations.slot[size_t(m)];
   if (links_.source == StageSource::Receive && whole_stage) {
+    while (!inputs_[slot].arrived() && kernels::FrozenWeights::pack_next()) {  // idle: pack the weights ahead
+    }
     {
       const Tracer::Scope wait(tracer, EventKind::Wait, m);
       inputs_[slot].wait();
@@ -481,6 +484,8 @@ void Stage<T>::backward(int m, bool split) {
   if (links_.sink == StageSink::Loss) {
     dy = Matrix<T>(logit_grads_[slot].data(), n, out_features_);
   } else {
+    while (!output_grads_[slot].arrived() && kernels::FrozenWeights::pack_next()) {  // idle: pack the weights ahead
+    }
     {
       const Tracer::Scope wait(tracer, EventKind::Wait, m);
       output_grads_[slot].wait();

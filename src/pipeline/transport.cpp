@@ -417,6 +417,14 @@ void BoundaryBuffer<T>::post_send(MPI_Comm comm, int dest, int tag, std::int64_t
 }
 
 template <class T>
+bool BoundaryBuffer<T>::arrived() const {
+  if (request_ == MPI_REQUEST_NULL) return true;
+  int flag = 0;
+  MPI_Request_get_status(request_, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+template <class T>
 void BoundaryBuffer<T>::wait() {
   if (stamp_request_ != MPI_REQUEST_NULL) {
     MPI_Status status;

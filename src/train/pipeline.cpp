@@ -402,7 +402,10 @@ LossSums Pipeline<T>::step_staged(std::int64_t n, const MicroBatch& shard) {
   const std::int64_t sent_before = boundary_bytes_sent();
   LossSums sums;
   {
-    const kernels::FrozenWeights frozen;  // the weights change only at the update below (prepacked GEMM operands)
+    // The weights change only at the update below (prepacked GEMM operands;
+    // a waiting stage packs this cell's ahead of their first product).
+    const kernels::FrozenWeights frozen(cell_->parameters().data(),
+                                        std::int64_t(cell_->parameters().span() * sizeof(T)));
     sums = cell_->train_step(batch_inputs_, staged_targets(), shard.size, std::uint64_t(steps_done_),
                              {shard.offset, n});
   }

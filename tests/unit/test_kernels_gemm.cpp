@@ -323,6 +323,60 @@ TEST(KernelsGemm, PackedWeightsFollowTheirWeights) {
   }
 }
 
+// Idle-time packing (FrozenWeights::pack_next, what a waiting stage does):
+// in a scope with a weight range, the W the previous scope packed are
+// packed ahead, one per call, only inside the range; the first products
+// then run packed and are bitwise the plain ones. Nothing to pack outside
+// a scope, in a scope without a range, below AVX-512 and without oneDNN.
+TEST(KernelsGemm, PackNextPacksThePreviousScopesWeightsInsideTheRange) {
+  const Selected sel(Choice::onednn);
+  const std::int64_t m = 32, n = 48, k = 64;
+  const auto x = random<float>(m, k, 41), bias = random<float>(1, n, 42), dy = random<float>(m, n, 43);
+  const auto params = random<float>(1, 2 * k * n, 44);  // two W back to back: a cell's parameter vector
+  const Matrix<float> w(params.data(), k, n), w2(params.data() + k * n, k, n);
+  const auto outside = random<float>(k, n, 45);
+  const auto products = [&](const Matrix<float>& weights, bool frozen_form) {
+    Matrix<float> y("y", m, n), dx("dx", m, k);
+    if (frozen_form) {
+      kernels::gemm_bias_weights<float>(ExecSpace(), x, weights, bias, y);
+      kernels::gemm_weights<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, weights, 0.0f, dx);
+    } else {
+      kernels::gemm_bias<float>(ExecSpace(), x, weights, bias, y);
+      kernels::gemm<float>(ExecSpace(), Op::none, Op::transpose, 1.0f, dy, weights, 0.0f, dx);
+    }
+    return std::make_pair(test::to_host(y), test::to_host(dx));
+  };
+  const auto plain_w = products(w, false), plain_w2 = products(w2, false), plain_out = products(outside, false);
+  const std::int64_t range = std::int64_t(params.span() * sizeof(float));
+  EXPECT_FALSE(kernels::FrozenWeights::pack_next()) << "outside a scope";
+  {  // the first scope packs at the second product, as without a range
+    const kernels::FrozenWeights frozen(params.data(), range);
+    for (int use = 0; use < 2; ++use) {
+      EXPECT_EQ(products(w, true), plain_w);
+      EXPECT_EQ(products(w2, true), plain_w2);
+      EXPECT_EQ(products(outside, true), plain_out);
+    }
+  }
+  const bool packs = kernels::implementation(kernels::Primitive::gemm, 4) == kernels::Implementation::onednn &&
+                     kernels::onednn_f32_gemm_rule(kernels::this_cpu());  // not under GPIPE_KERNELS=portable
+  {
+    const kernels::FrozenWeights frozen;  // no range: nothing packed ahead
+    EXPECT_FALSE(kernels::FrozenWeights::pack_next());
+    for (int use = 0; use < 2; ++use) products(w, true), products(w2, true), products(outside, true);
+  }
+  {
+    const kernels::FrozenWeights frozen(params.data(), range);
+    int packed = 0;
+    while (kernels::FrozenWeights::pack_next()) ++packed;
+    // w and w2, each in its two forms (X W + b and dY W^T); never `outside`
+    EXPECT_EQ(packed, packs ? 4 : 0);
+    EXPECT_EQ(products(w, true), plain_w) << "first products after packing ahead";
+    EXPECT_EQ(products(w2, true), plain_w2);
+    EXPECT_EQ(products(outside, true), plain_out);
+    EXPECT_FALSE(kernels::FrozenWeights::pack_next()) << "all packed";
+  }
+}
+
 TEST(KernelsGemm, BatchedAgainstPerMatrixGemm) {
   // 2 x 3 matrices of (5, 4) inside a (2*5, 3*... ) interleaved buffer, times (4, 6), against one gemm each.
   const std::int64_t outer = 2, inner = 3, r = 5, k = 4, c = 6;

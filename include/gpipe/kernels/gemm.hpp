@@ -79,11 +79,24 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, T alpha, ConstMatrix<T> 
 class FrozenWeights {
  public:
   FrozenWeights();
+  /// A scope whose weights lie in the `bytes` bytes at `weights` (a cell's
+  /// parameter vector; Pipeline::step passes it): pack_next() may pack
+  /// those ahead of their first product. Only the outermost scope's range
+  /// counts.
+  FrozenWeights(const void* weights, std::int64_t bytes);
   ~FrozenWeights();
   FrozenWeights(const FrozenWeights&) = delete;
   FrozenWeights& operator=(const FrozenWeights&) = delete;
   /// The live outermost scope's number (nonzero, unique in the process), 0 outside any scope.
   static std::uint64_t current();
+  /// For idle time (a stage waiting for a message): packs one W that the
+  /// previous scope packed, that lies in this scope's range and that this
+  /// scope has not packed yet, so that its first product of the scope runs
+  /// packed too (bitwise the same products; at most one W's reorder, a
+  /// fraction of a millisecond, so the caller can test for its message
+  /// between calls). Returns false when there is none, outside a scope, for
+  /// a scope without a range, below AVX-512 and without oneDNN.
+  static bool pack_next();
   /// Bytes of the packed copies this process holds (0 without oneDNN or
   /// before the first packing), outside Kokkos' memory accounting.
   static std::int64_t packed_bytes();

@@ -151,6 +151,10 @@ class BoundaryBuffer {
   /// (bytes 0 when the receive was not stamped).
   const WireTime& wire_time() const { return wire_; }
   bool pending() const { return request_ != MPI_REQUEST_NULL; }
+  /// Whether the pending operation has completed, without completing it
+  /// (MPI_Request_get_status: wait() still checks and unpacks); true when
+  /// nothing is pending. Drives MPI's progress like MPI_Test.
+  bool arrived() const;
   /// Abandons the pending operation, if any, and frees its request:
   /// MPI_Cancel, then a receive is waited for and a send tested. Unless MPI
   /// confirms the cancel (or the send completed), MPI may still use the
