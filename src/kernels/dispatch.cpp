@@ -601,7 +601,11 @@ void gemm_weights(const ExecSpace& space, Op ta, Op tw, T alpha, ConstMatrix<T> 
                   Matrix<T> c) {
 #ifdef GPIPE_ENABLE_ONEDNN
   if constexpr (std::is_same_v<T, float>) {
-    if (const Format f = compute_format(); frozen_scope != 0 && onednn_bf16(f, Primitive::gemm)) {
+    // W transposed (a Dense layer's dX = dY W^T): the plain bf16 weight copy
+    // (the gemm below), not a pack: packing that form costs about what the
+    // products on the packed copy save (perf/README.md, "Issue 22:
+    // conversions through oneDNN").
+    if (const Format f = compute_format(); frozen_scope != 0 && onednn_bf16(f, Primitive::gemm) && tw == Op::none) {
       const auto m = ta == Op::none ? a.extent(0) : a.extent(1), ka = ta == Op::none ? a.extent(1) : a.extent(0);
       const auto kb = tw == Op::none ? w.extent(0) : w.extent(1), n = tw == Op::none ? w.extent(1) : w.extent(0);
       if (m > 0 && n > 0 && ka > 0 && reduced::in_weight_copy(w.data(), std::int64_t(w.span()))) {

@@ -17,6 +17,7 @@
 
 #include "implementations.hpp"
 #include "onednn_common.hpp"
+#include "reduced.hpp"
 
 namespace gpipe::kernels::onednn {
 
@@ -166,37 +167,52 @@ struct Packed {
   std::uint64_t packed = 0;   // the scope mem was packed in
 };
 
-// Key: W's address, stored shape, form, and the packed copy's element type
-// (f32, or bf16: converted by the packing reorder).
-using PackKey = std::tuple<const float*, std::int64_t, std::int64_t, int, int>;
+// Key: W's address, stored shape, form, the packed copy's element type (f32,
+// or bf16), and the source's (f32: W itself; bf16: its registered bf16
+// weight copy, reduced.hpp, which the optimizer writes in its update).
+using PackKey = std::tuple<const float*, std::int64_t, std::int64_t, int, int, int>;
 
 std::map<PackKey, Packed>& packs() {
   static std::map<PackKey, Packed> p;
   return p;
 }
 
+// The memory a pack of `key` reads: W, or its bf16 weight copy (converted
+// now if the copy is stale; null when W is no longer in the registered copy).
+const void* pack_source(const PackKey& key) {
+  const float* w = std::get<0>(key);
+  if (memory::data_type(std::get<5>(key)) == f32) return w;
+  return reduced::weight_copy(w, std::get<1>(key) * std::get<2>(key));
+}
+
 // W (fp32, stored wr x wc) in form `tw` as the B operand (k, n) of a matmul
 // whose weights descriptor is `want` (f32, or bf16: the reorder converts,
-// rounding to nearest even): the packed copy for `scope`, or nullptr on W's
-// first use in it unless `first_use` (bf16: packed at the first use too,
-// see gemm_bias_weights_bf16).
+// rounding to nearest even; with `from_copy`, from W's bf16 weight copy,
+// 2 bytes a value read instead of 4, the same bits): the packed copy for
+// `scope`, or nullptr on W's first use in it unless `first_use` (bf16:
+// packed at the first use too, see gemm_bias_weights_bf16).
 const void* packed_weights(const float* w, std::int64_t wr, std::int64_t wc, Op tw, const memory::desc& want,
-                           std::uint64_t scope, bool first_use = false) {
-  Packed& p = packs()[{w, wr, wc, int(tw), int(want.data_type())}];
+                           std::uint64_t scope, bool first_use = false, bool from_copy = false) {
+  const memory::data_type source_type = from_copy ? bf16_t : f32;
+  const PackKey key{w, wr, wc, int(tw), int(want.data_type()), int(source_type)};
+  Packed& p = packs()[key];
   if (p.seen != scope) {
     p.seen = scope;
     if (!first_use) return nullptr;
   }
   if (!p.mem || !(p.mem.get_desc() == want)) {
     const std::int64_t k = tw == Op::none ? wr : wc, n = tw == Op::none ? wc : wr;
-    const memory::desc plain = tw == Op::none ? memory::desc({k, n}, f32, dims{wc, 1}) : memory::desc({k, n}, f32, dims{1, wc});
+    const memory::desc plain = tw == Op::none ? memory::desc({k, n}, source_type, dims{wc, 1})
+                                              : memory::desc({k, n}, source_type, dims{1, wc});
     p.mem = memory(want, engine());
     p.plain = unbound(plain);
     p.reorder = dnnl::reorder(p.plain, p.mem);
     p.packed = 0;
   }
   if (p.packed != scope) {
-    p.plain.set_data_handle(const_cast<float*>(w));
+    const void* source = pack_source(key);
+    if (source == nullptr) throw std::logic_error("gpipe::kernels::onednn: packing W from a bf16 weight copy that is not registered");
+    p.plain.set_data_handle(const_cast<void*>(source));
     p.reorder.execute(stream(), p.plain, p.mem);
     stream().wait();
     p.packed = scope;
@@ -240,7 +256,9 @@ bool pack_next(std::uint64_t scope, const void* begin, const void* end) {
     const auto* first = reinterpret_cast<const char*>(w);
     const std::int64_t bytes = std::get<1>(key) * std::get<2>(key) * std::int64_t(sizeof(float));
     if (first < lo || first + bytes > hi) continue;  // another scope's W: it may be gone
-    p.plain.set_data_handle(const_cast<float*>(w));
+    const void* source = pack_source(key);
+    if (source == nullptr) continue;  // its bf16 copy is gone: packed at its first product, if any
+    p.plain.set_data_handle(const_cast<void*>(source));
     p.reorder.execute(stream(), p.plain, p.mem);
     stream().wait();
     p.packed = p.seen = scope;  // its first product in the scope runs packed
@@ -356,10 +374,15 @@ void batched_gemm_bf16(const ExecSpace& space, Op ta, Op tb, std::int64_t outer,
 
 // Prepacked bf16 parameter operands (gemm.hpp, FrozenWeights): W, fp32
 // master weights inside the registered bf16 weight copy's range, is
-// converted and packed in one oneDNN reorder (f32 plain -> bf16 blocked,
-// round to nearest even: the values of the weight copy) once per scope and
-// form, so a training step need not read the plain bf16 copy at all (it is
-// converted lazily, reduced.cpp). With AMX a bf16 matmul on plain weights
+// packed from that copy in one oneDNN reorder (bf16 plain -> bf16 blocked:
+// 2 bytes a value read, not 4; 0.19 against 0.44 ms for a 1024 x 1024 W on
+// an AMX Xeon) once per scope, in its forward form only (dY W^T reads the
+// plain copy: packing the transposed form cost more than it saved,
+// dispatch.cpp). The copy is marked stale at each registration
+// (WeightCopy::refresh, once a step) and converted once, at its first
+// read, by one oneDNN reorder (reduced.cpp, convert.hpp); writing it inside
+// the optimizer's update was measured slower (perf/README.md, "Issue 22:
+// conversions through oneDNN"). With AMX a bf16 matmul on plain weights
 // reorders them into its blocked layout inside every call; on the packed
 // copy it runs 2.5x faster at 32 x 1024 x 1024 and 1.2x at 256 rows
 // (perf/README.md, "Issue 22: bf16 weights packed once a step"). Unlike
@@ -376,8 +399,9 @@ void gemm_bias_weights_bf16(const ExecSpace& space, const bf16* x, std::int64_t 
     const memory::desc xd({m, k}, bf16_t, dims{k, 1}), bd({1, n}, f32, dims{n, 1}), yd({m, n}, f32, dims{n, 1});
     return make_packed_matmul(xd, k, n, &bd, yd, 1.0f, 0.0f);
   });
+  (void)reduced::weight_copy(w, k * n);  // converts a stale copy before the fence
   space.fence();
-  const void* packed = packed_weights(w, k, n, Op::none, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true);
+  const void* packed = packed_weights(w, k, n, Op::none, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true, true);
   e.run({{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_BIAS, bias.data()}, {DNNL_ARG_DST, y.data()}});
 }
 
@@ -392,8 +416,9 @@ void gemm_weights_bf16(const ExecSpace& space, Op ta, Op tw, float alpha, const 
     const memory::desc cd({m, n}, f32, dims{n, 1});
     return make_packed_matmul(ad, k, n, nullptr, cd, alpha, beta);
   });
+  (void)reduced::weight_copy(w, wr * wc);  // converts a stale copy before the fence
   space.fence();
-  const void* packed = packed_weights(w, wr, wc, tw, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true);
+  const void* packed = packed_weights(w, wr, wc, tw, e.args.at(DNNL_ARG_WEIGHTS).get_desc(), scope, true, true);
   e.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, packed}, {DNNL_ARG_DST, c.data()}});
 }
 

@@ -88,6 +88,13 @@ void gemm_bias_weights_bf16(const ExecSpace& space, const bf16* x, std::int64_t 
 void gemm_weights_bf16(const ExecSpace& space, Op ta, Op tw, float alpha, const bf16* a, std::int64_t ar,
                        std::int64_t ac, const float* w, std::int64_t wr, std::int64_t wc, float beta, Matrix<float> c,
                        std::uint64_t scope);
+// fp32 <-> bf16 over n contiguous values (convert_onednn.cpp): a reorder,
+// round to nearest even with subnormal inputs flushed to zero (fp32 ->
+// bf16), exact (bf16 -> fp32).
+void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst);
+void from_bf16(const ExecSpace& space, const bf16* src, std::int64_t n, float* dst);
+// values[i] = float(bf16(values[i])) in place (to_bf16 then from_bf16).
+void round_bf16(const ExecSpace& space, float* values, std::int64_t n);
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
 /// The CPU's vendor (x86 CPUID) and the bf16 ISAs oneDNN may dispatch

@@ -2,6 +2,8 @@
 // kernels and the grow-only operand workspace.
 #include "reduced.hpp"
 
+#include "gpipe/kernels/convert.hpp"
+
 #include <array>
 #include <string>
 
@@ -57,11 +59,7 @@ void round(const ExecSpace& space, Format format, const float* src, std::int64_t
 }
 
 void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst) {
-  const Unmanaged<const float> s(src, size_t(n));
-  const Unmanaged<bf16> d(dst, size_t(n));
-  Kokkos::parallel_for(
-      "gpipe::kernels::to_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(const std::int64_t i) { d(i) = bf16(s(i)); });
+  kernels::to_bf16(space, src, n, dst);  // convert.hpp: oneDNN's reorder on the native route
 }
 
 float* scratch(int slot, std::int64_t n) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "gpipe/core/half.hpp"
+#include "gpipe/kernels/convert.hpp"
 
 namespace gpipe {
 
@@ -34,10 +35,8 @@ void for_each_value(const char* label, const ExecSpace& space, std::int64_t n, c
 void pack_wire(const ExecSpace& space, Format format, const float* src, std::int64_t n, std::uint16_t* dst) {
   const float* s = src;
   std::uint16_t* d = dst;
-  if (format == Format::bf16)
-    for_each_value("gpipe::BoundaryBuffer::pack_bf16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
-      d[i] = detail::float_to_bf16_bits(s[i]);
-    });
+  if (format == Format::bf16)  // the seam's conversion (kernels/convert.hpp), as every bf16 value of the run
+    kernels::to_bf16(space, s, n, reinterpret_cast<bf16*>(d));
   else if (format == Format::fp16)
     for_each_value("gpipe::BoundaryBuffer::pack_fp16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
       d[i] = detail::float_to_fp16_bits(s[i]);
@@ -50,9 +49,7 @@ void unpack_wire(const ExecSpace& space, Format format, const std::uint16_t* src
   const std::uint16_t* s = src;
   float* d = dst;
   if (format == Format::bf16)
-    for_each_value("gpipe::BoundaryBuffer::unpack_bf16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
-      d[i] = detail::bf16_bits_to_float(s[i]);
-    });
+    kernels::from_bf16(space, reinterpret_cast<const bf16*>(s), n, d);
   else if (format == Format::fp16)
     for_each_value("gpipe::BoundaryBuffer::unpack_fp16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
       d[i] = detail::fp16_bits_to_float(s[i]);
@@ -65,9 +62,7 @@ void unpack_wire(const ExecSpace& space, Format format, const std::uint16_t* src
 void round_activations(const ExecSpace& space, Format format, float* values, std::int64_t n) {
   float* v = values;
   if (format == Format::bf16)
-    for_each_value("gpipe::Cell::round_bf16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
-      v[i] = detail::bf16_bits_to_float(detail::float_to_bf16_bits(v[i]));
-    });
+    kernels::round_to_bf16(space, v, n);
   else if (format == Format::fp16)
     for_each_value("gpipe::Cell::round_fp16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
       v[i] = detail::fp16_bits_to_float(detail::float_to_fp16_bits(v[i]));
@@ -77,7 +72,10 @@ void round_activations(const ExecSpace& space, Format format, float* values, std
 void round_and_pack_wire(const ExecSpace& space, Format format, float* values, std::int64_t n, std::uint16_t* dst) {
   float* v = values;
   std::uint16_t* d = dst;
-  if (format == Format::bf16)
+  if (format == Format::bf16 && kernels::onednn_converts()) {  // two passes of oneDNN's reorder
+    kernels::to_bf16(space, v, n, reinterpret_cast<bf16*>(d));
+    kernels::from_bf16(space, reinterpret_cast<const bf16*>(d), n, v);
+  } else if (format == Format::bf16)
     for_each_value("gpipe::Cell::round_pack_bf16", space, n, KOKKOS_LAMBDA(const std::int64_t i) {
           const std::uint16_t h = detail::float_to_bf16_bits(v[i]);
           d[i] = h;
