@@ -1,10 +1,13 @@
 // oneDNN conversions between fp32 and bf16 of the kernel seam (convert.hpp):
 // a reorder of n contiguous values (its JIT kernel vectorizes with the
 // CPU's widest ISA, AVX-512 BF16 where present), created once per (direction,
-// n) and cached.
+// n) and cached; and fp32 -> bf16 strided copies (permutations) of up to
+// 6-D arrays, for the attention's operand layouts.
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <stdexcept>
+#include <vector>
 
 #include "implementations.hpp"
 #include "onednn_common.hpp"
@@ -34,7 +37,34 @@ Entry& reorder(int direction, std::int64_t n, memory::data_type from, memory::da
   });
 }
 
+// Key: (2 + to bf16, rank, dims, source strides, destination strides).
+Entry& strided(memory::data_type to, const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& from_strides,
+               const std::vector<std::int64_t>& to_strides) {
+  if (dims.empty() || dims.size() > 6 || from_strides.size() != dims.size() || to_strides.size() != dims.size())
+    throw std::invalid_argument("gpipe::kernels::onednn::strided: rank 1-6 with one stride per dimension");
+  std::vector<std::int64_t> key{to == memory::data_type::bf16 ? 3 : 2, std::int64_t(dims.size())};
+  for (const auto* v : {&dims, &from_strides, &to_strides}) key.insert(key.end(), v->begin(), v->end());
+  return cache().get(key, [&] {
+    const memory::desc from(dims, memory::data_type::f32, from_strides), into(dims, to, to_strides);
+    Entry e;
+    const dnnl::reorder::primitive_desc pd(engine(), from, engine(), into, user_scratchpad());
+    e.primitive = dnnl::reorder(pd);
+    e.args = {{DNNL_ARG_FROM, unbound(from)}, {DNNL_ARG_TO, unbound(into)}};
+    e.use_scratchpad(pd.scratchpad_desc());
+    return e;
+  });
+}
+
 }  // namespace
+
+void strided_to_bf16(const ExecSpace& space, const float* src, const std::vector<std::int64_t>& dims,
+                     const std::vector<std::int64_t>& src_strides, bf16* dst,
+                     const std::vector<std::int64_t>& dst_strides) {
+  Entry& e = strided(memory::data_type::bf16, dims, src_strides, dst_strides);
+  space.fence();
+  e.run({{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
 
 void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst) {
   if (n <= 0) return;

@@ -285,26 +285,32 @@ kernels::Strided head_major(const detail::AttentionLayout& L) {
   return kernels::Strided{L.T, L.dh, L.dh, L.H * L.T * L.dh, L.T * L.dh};
 }
 
+// The interleaved element strides of `parts` (T, d) blocks of src (n T, ld)
+// and the head-major ones [part][sample][head][token][0..dh), over the dims
+// (part, sample, head, token, column).
+std::vector<std::int64_t> head_dims(const detail::AttentionLayout& L, std::int64_t parts) {
+  return {parts, L.n, L.H, L.T, L.dh};
+}
+std::vector<std::int64_t> interleaved_strides(const detail::AttentionLayout& L, std::int64_t ld) {
+  return {L.d, L.T * ld, L.dh, ld, 1};
+}
+std::vector<std::int64_t> head_major_strides(const detail::AttentionLayout& L) {
+  return {L.n * L.H * L.T * L.dh, L.H * L.T * L.dh, L.T * L.dh, L.dh, 1};
+}
+
 // `parts` (T, d) blocks of each sample's rows of src (n T, ld) ->
-// dst[part][sample][head][token][0..dh) in bf16; one source row a work item.
+// dst[part][sample][head][token][0..dh) in bf16: one oneDNN reorder
+// (convert.hpp's rounding; the Kokkos loop it replaced ran at about 5x the
+// time, perf/README.md "Issue 22: the attention's layout passes through oneDNN").
 void to_heads(const ExecSpace& space, const detail::AttentionLayout& L, const float* src, std::int64_t ld,
               std::int64_t parts, bf16* dst) {
-  const std::int64_t n = L.n, H = L.H, T = L.T, dh = L.dh, d = L.d;
-  Kokkos::parallel_for(
-      "gpipe::kernels::attention::to_heads_bf16", Kokkos::RangePolicy<ExecSpace>(space, 0, n * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {  // r = i T + t
-        const std::int64_t i = r / T, t = r % T;
-        for (std::int64_t part = 0; part < parts; ++part)
-          for (std::int64_t h = 0; h < H; ++h) {
-            const float* from = src + r * ld + part * d + h * dh;
-            bf16* to = dst + (((part * n + i) * H + h) * T + t) * dh;
-            for (std::int64_t c = 0; c < dh; ++c) to[c] = bf16(from[c]);
-          }
-      });
+  onednn::strided_to_bf16(space, src, head_dims(L, parts), interleaved_strides(L, ld), dst, head_major_strides(L));
 }
 
 // The head-major fp32 results [part][sample][head][token][0..dh) -> their
-// columns part d + h dh .. of dst (n T, ld).
+// columns part d + h dh .. of dst (n T, ld). A Kokkos loop: oneDNN's
+// reorder of the same permutation (fp32 -> fp32, rows of dh = 16 values)
+// took twice its time on the ViT.
 void from_heads(const ExecSpace& space, const detail::AttentionLayout& L, const float* src, std::int64_t parts,
                 float* dst, std::int64_t ld) {
   const std::int64_t n = L.n, H = L.H, T = L.T, dh = L.dh, d = L.d;
@@ -321,16 +327,10 @@ void from_heads(const ExecSpace& space, const detail::AttentionLayout& L, const 
       });
 }
 
-// Each (T, T) block of src (blocks x T x T) transposed, in bf16.
+// Each (T, T) block of src (blocks x T x T) transposed, in bf16: dst[b][j][i]
+// = bf16(src[b][i][j]), one oneDNN reorder.
 void to_bf16_transposed(const ExecSpace& space, const float* src, std::int64_t blocks, std::int64_t T, bf16* dst) {
-  Kokkos::parallel_for(
-      "gpipe::kernels::attention::to_bf16_transposed", Kokkos::RangePolicy<ExecSpace>(space, 0, blocks * T),
-      KOKKOS_LAMBDA(const std::int64_t r) {  // r = b T + j: row j of block b of dst
-        const std::int64_t b = r / T, j = r % T;
-        const float* from = src + b * T * T + j;
-        bf16* to = dst + r * T;
-        for (std::int64_t i = 0; i < T; ++i) to[i] = bf16(from[i * T]);
-      });
+  onednn::strided_to_bf16(space, src, {blocks, T, T}, {T * T, 1, T}, dst, {T * T, T, 1});
 }
 
 void native_attention_forward(const ExecSpace& space, const AttentionShape& shape, ConstMatrix<float> qkv,

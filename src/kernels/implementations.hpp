@@ -95,6 +95,15 @@ void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst
 void from_bf16(const ExecSpace& space, const bf16* src, std::int64_t n, float* dst);
 // values[i] = float(bf16(values[i])) in place (to_bf16 then from_bf16).
 void round_bf16(const ExecSpace& space, float* values, std::int64_t n);
+// One strided copy of a dims-shaped array (rank 1-6, dims[r] > 0): element
+// at index (i_0, .., i_r) read at src + sum i_k src_strides[k] and written at
+// dst + sum i_k dst_strides[k] (strides in elements, the destination's not
+// overlapping), converted fp32 -> bf16 (the same rounding as to_bf16); one
+// reorder, cached per (dims, strides). The attention's head-major and
+// transposed bf16 operands (dispatch.cpp).
+void strided_to_bf16(const ExecSpace& space, const float* src, const std::vector<std::int64_t>& dims,
+                     const std::vector<std::int64_t>& src_strides, bf16* dst,
+                     const std::vector<std::int64_t>& dst_strides);
 /// "oneDNN 2.6.3" (the library loaded at run time).
 std::string version();
 /// The CPU's vendor (x86 CPUID) and the bf16 ISAs oneDNN may dispatch

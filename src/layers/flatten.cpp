@@ -21,6 +21,7 @@ class Flatten final : public Layer<T> {
     if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
   bool preserves_values() const override { return true; }  // copies
+  bool reads_input_in_backward() const override { return false; }
 };
 
 LayerEntry flatten_entry() {

@@ -137,6 +137,8 @@ class Pool2d final : public Layer<T> {
   /// Max pooling with disjoint windows: y selects values of x, each dx is
   /// 0 + one value of dy, or 0.
   bool preserves_values() const override { return Max && g_.stride_h >= g_.kernel_h && g_.stride_w >= g_.kernel_w; }
+  /// Backward reads dy and the saved argmax positions (max) or dy alone (average).
+  bool reads_input_in_backward() const override { return false; }
 
  private:
   detail::Window2d g_;
@@ -174,6 +176,7 @@ class GlobalAvgPool final : public Layer<T> {
         Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>(ctx.space, {0, 0}, {n, C * HW}),
         KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t e) { dx(i, e) = dy(i, e / HW) / T(HW); });
   }
+  bool reads_input_in_backward() const override { return false; }
 };
 
 Shape image_input(const Shape& in) {

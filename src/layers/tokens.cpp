@@ -145,6 +145,7 @@ class PosEmbed final : public Layer<T> {
         });
     if (dx.extent(0) > 0) Kokkos::deep_copy(ctx.space, dx, dy);
   }
+  bool reads_input_in_backward() const override { return false; }  // dw += sum dy, dx = dy
 
  private:
   using Flat = Kokkos::View<T*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -179,6 +180,7 @@ class TokenMean final : public Layer<T> {
           for (std::int64_t j = 0; j < d; ++j) dx(i, t * d + j) = dy(i, j) / T(tokens);
         });
   }
+  bool reads_input_in_backward() const override { return false; }
 };
 
 void require_tokens(const Shape& in) {

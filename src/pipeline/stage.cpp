@@ -313,6 +313,13 @@ ConstMatrix<T> Stage<T>::layer_input(int m, int layer) const {
 }
 
 template <class T>
+ConstMatrix<T> Stage<T>::backward_input_values(int m, int layer) const {
+  const Layer<T>& l = *layers_[size_t(layer)];
+  if (l.reads_input_in_backward()) return layer_input(m, layer);
+  return ConstMatrix<T>(static_cast<const T*>(nullptr), size_t(state_.split[size_t(m)].size), size_t(l.in_features()));
+}
+
+template <class T>
 Matrix<T> Stage<T>::layer_output(int m, int layer) const {
   const auto n = state_.split[size_t(m)].size;
   if (storage16_) return forward_output(m, layer);
@@ -522,16 +529,16 @@ void Stage<T>::backward(int m, bool split) {
       }
       if (split) {
         const PassContext c = splits_[size_t(l)] ? ctx : state_.gradient_context(ctx, local);
-        layers_[size_t(l)]->backward_input(c, layer_input(m, l), dy, dx, layer_saved(m, l));
+        layers_[size_t(l)]->backward_input(c, backward_input_values(m, l), dy, dx, layer_saved(m, l));
         if (final_gradients && !splits_[size_t(l)]) state_.gradient_final(local);
       } else if (batch_w_[size_t(l)]) {  // B now, W over the whole batch in the BatchWeights op
         const auto rows = std::make_pair(offset, offset + n);
         if (l + 1 == count) Kokkos::deep_copy(options_.space, Kokkos::subview(batch_dy_[size_t(l)], rows, Kokkos::ALL), dy);
         if (options_.remat != Remat::Never && batch_x_[size_t(l)].extent(0) > 0)  // recomputed: gone before W
           Kokkos::deep_copy(options_.space, Kokkos::subview(batch_x_[size_t(l)], rows, Kokkos::ALL), layer_input(m, l));
-        layers_[size_t(l)]->backward_input(ctx, layer_input(m, l), dy, dx, layer_saved(m, l));
+        layers_[size_t(l)]->backward_input(ctx, backward_input_values(m, l), dy, dx, layer_saved(m, l));
       } else {
-        layers_[size_t(l)]->backward(state_.gradient_context(ctx, local), layer_input(m, l), dy, dx,
+        layers_[size_t(l)]->backward(state_.gradient_context(ctx, local), backward_input_values(m, l), dy, dx,
                                      layer_saved(m, l));
         if (final_gradients) state_.gradient_final(local);
       }

@@ -28,6 +28,8 @@ class Dropout final : public Layer<T> {
   using Layer<T>::forward;
   using Layer<T>::backward;
   double rate() const { return rate_; }
+  /// Backward regenerates the mask from (seed, step, layer, sample, column).
+  bool reads_input_in_backward() const override { return false; }
 
  private:
   double rate_;

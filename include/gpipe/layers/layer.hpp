@@ -122,6 +122,15 @@ class Layer {
   /// skips the policy's rounding of this layer's output and input gradient
   /// (the same bits: rounding a representable value returns it).
   virtual bool preserves_values() const { return false; }
+  /// False if backward(), backward_input() and backward_weights() never
+  /// read x's values (max and average pooling, flatten, dropout: they read
+  /// dy and saved state only). The stage then passes an x with x's extents
+  /// and a null data pointer, so under 16-bit activation storage it skips
+  /// unpacking that input (one conversion pass over it per micro-batch).
+  /// A layer that returns false and reads x dereferences null: the layer
+  /// tests run each such backward on a null x
+  /// (Layers.BackwardWithoutInputValuesWhereDeclared).
+  virtual bool reads_input_in_backward() const { return true; }
   /// True if the layer honours PassContext::accumulate_gradients == false
   /// (writes its parameter gradients instead of adding them). The cell
   /// zeroes the gradients of every other layer before a step's first

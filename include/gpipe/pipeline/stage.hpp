@@ -179,6 +179,10 @@ class Stage {
   void abandon() noexcept;
 
   ConstMatrix<T> layer_input(int m, int layer) const;
+  // The x a backward of `layer` for micro-batch m gets: layer_input, or,
+  // where the layer does not read it (Layer::reads_input_in_backward), its
+  // extents with a null pointer (no unpacking from 16-bit storage).
+  ConstMatrix<T> backward_input_values(int m, int layer) const;
   /// Where layer `layer`'s forward output of micro-batch m is (the logits,
   /// the send buffer or the kept activation); with 16-bit storage, for a
   /// layer before the stage's last or a Send sink, the float working buffer
