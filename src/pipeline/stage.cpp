@@ -346,6 +346,12 @@ template <class T>
 void Stage<T>::store_output(int m, int layer, const Matrix<T>& y, bool exact) {
   if constexpr (std::is_same_v<T, float>) {
     if (layer + 1 < int(layers_.size())) {
+      if (!layers_[size_t(layer + 1)]->reads_input_in_backward()) {
+        // Kept for nobody: the next layer's backward never reads its input
+        // (backward_input_values), so y is only rounded for its forward.
+        if (!exact) round_activations(options_.space, options_.wire, y.data(), std::int64_t(y.span()));
+        return;
+      }
       std::uint16_t* slot = kept16_[size_t(activation_slot_[size_t(m)])][size_t(layer)].data();
       if (exact)  // y holds representable values: packed, not written back
         pack_wire(options_.space, options_.wire, y.data(), std::int64_t(y.span()), slot);

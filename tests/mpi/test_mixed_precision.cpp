@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "../common/mpi_util.hpp"
+#include "../common/pipeline_run.hpp"
 #include "../common/test_util.hpp"
 #include "gpipe/io/checkpoint.hpp"
 #include "gpipe/model/shapes.hpp"
@@ -106,6 +107,41 @@ TEST(MixedPrecision, Bf16BoundaryBytesHalfOfFloat) {
     run(t, 0, 1);
     EXPECT_EQ(t.gather_boundary_bytes(), plan_run(deck(p == 0 ? "float" : "bf16"), world_size()).boundary_bytes);
   }
+}
+
+// The same on a small CNN whose max/average pooling, flatten and dropout
+// do not read their input in backward (Layer::reads_input_in_backward):
+// under 16-bit storage the stage neither packs their inputs after the
+// forward nor unpacks them for the backward, and the weights and the
+// evaluation loss stay bitwise float storage's.
+TEST(MixedPrecision, SixteenBitStorageSkipsUnreadInputsBitwise) {
+  constexpr std::int64_t kCnnFeatures = 2 * 6 * 7, kCnnBatch = 10;
+  static const Dataset cnn_data = test::synthetic(kCnnBatch * 2, kCnnFeatures, 3, 13);
+  const auto cnn_deck = [&](const std::string& precision, const std::vector<std::string>& sets) {
+    const std::string text = "seed: 5\nprecision: " + precision + "\nmodel:\n  input: [2, 6, 7]\n  layers: " +
+                             test::kSmallCnn +
+                             "\ndata: {train_images: a, train_labels: b, test_images: c, test_labels: d}"
+                             "\ntraining: {epochs: 1, batch_size: 10, micro_batches: 2}"
+                             "\noptimizer: {type: adam, lr: 0.01}\n";
+    return parse_deck(text, "cnn16.yaml", sets);
+  };
+  for (const char* precision : {"bf16", "fp16"})
+    for (const std::string schedule : {"fill_drain", "1f1b", "zero_bubble"}) {
+      SCOPED_TRACE(std::string(precision) + " " + schedule);
+      const std::vector<std::string> sets{"pipeline.schedule=" + schedule};
+      auto as_float = sets;
+      as_float.push_back("pipeline.activation_storage=float");
+      Pipeline<float> packed(cnn_deck(precision, sets), MPI_COMM_WORLD),
+          reference(cnn_deck(precision, as_float), MPI_COMM_WORLD);
+      for (Pipeline<float>* p : {&packed, &reference}) test::run_steps(*p, cnn_data, 5, 2, kCnnBatch, 0, 3);
+      const auto a = packed.gather_parameters(), b = reference.gather_parameters();
+      const double la = packed.evaluate(cnn_data).loss, lb = reference.evaluate(cnn_data).loss;
+      if (world_rank() == 0) {
+        EXPECT_EQ(a, b);
+        EXPECT_EQ(la, lb);
+        EXPECT_TRUE(std::isfinite(la));
+      }
+    }
 }
 
 // 16-bit activation storage (pipeline.activation_storage: auto) against
