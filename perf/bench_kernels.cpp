@@ -72,6 +72,33 @@ void Layer(benchmark::State& state, const char* type) {
   });
 }
 
+// Max pooling 2 x 2 (stride 2) over (rows, 16, 28, 28) images, the CNN
+// deck's second convolution's output: forward reads x, writes y and the
+// argmax positions (a quarter of x each); backward reads dy and the
+// positions, writes dx.
+template <bool Backward>
+void MaxPool(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), f = 16 * 28 * 28, o = f / 4;
+  auto layer = gpipe::make_layer<T>(
+      gpipe::layer_shape(gpipe::parse_layer("{type: maxpool2d, size: 2}"), gpipe::Shape{16, 28, 28}));
+  gpipe::Matrix<T> x("x", rows, f), y("y", rows, o), dy("dy", rows, o), dx("dx", rows, f);
+  gpipe::Vector<T> saved("saved", layer->saved_size().elements(rows));
+  const gpipe::SavedView<T> s(saved.data(), saved.extent(0));
+  Kokkos::parallel_for(
+      "bench::fill", Kokkos::RangePolicy<gpipe::ExecSpace>(0, rows * f),
+      KOKKOS_LAMBDA(const std::int64_t e) { x(e / f, e % f) = T((e * 7919) % 1000) * 0.001f; });
+  Kokkos::deep_copy(dy, 0.1f);
+  const gpipe::PassContext ctx{1, 2, 0, true};
+  layer->forward(ctx, x, y, s);
+  const double bytes = Backward ? sizeof(T) * (2.0 * rows * o + rows * f) : sizeof(T) * (rows * f + 2.0 * rows * o);
+  measure(state, rows * f, bytes, [&] {
+    if (Backward)
+      layer->backward(ctx, x, dy, dx, s);
+    else
+      layer->forward(ctx, x, y, s);
+  });
+}
+
 void LayerForward(benchmark::State& state, const char* type) { Layer<false>(state, type); }
 void LayerBackward(benchmark::State& state, const char* type) { Layer<true>(state, type); }
 
@@ -209,6 +236,8 @@ BENCHMARK_CAPTURE(LayerBackward, relu_backward, "relu")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerForward, gelu_forward, "gelu")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerBackward, gelu_backward, "gelu")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerForward, dropout_forward, "dropout")->Apply(Sizes);
+BENCHMARK_TEMPLATE(MaxPool, false)->Name("MaxPool2x2_forward")->Arg(32)->Arg(128);
+BENCHMARK_TEMPLATE(MaxPool, true)->Name("MaxPool2x2_backward")->Arg(32)->Arg(128);
 BENCHMARK_CAPTURE(LayerForward, layer_norm_forward, "layer_norm")->Apply(Sizes);
 BENCHMARK_CAPTURE(LayerBackward, layer_norm_backward, "layer_norm")->Apply(Sizes);
 BENCHMARK(LayerNormStatisticsPerThread)->Apply(Sizes);

@@ -2,6 +2,7 @@
 // double (strides, padding, odd sizes, 3 channels, a batch of 1), known
 // values on hand-written inputs, FLOP counts, and each shape error's message.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "../common/deck_error.hpp"
@@ -102,6 +103,34 @@ TEST(ConvValues, MaxPool2x2OnHandWrittenImage) {
                     LayerHarness::view(saved));
   EXPECT_EQ(test::to_host(dx), (std::vector<double>{0, 10, 0, 0, 0, 0, 20, 0,  //
                                                     30, 0, 0, 0, 0, 0, 40, 0}));
+}
+
+// Ties go to the first maximum in row-major window order: (0, 0) before
+// (0, 1) before (1, 0) before (1, 1), on the 2 x 2 stride-2 path and the
+// general one (3 x 3 windows, stride 3) alike.
+TEST(ConvValues, MaxPoolTiesGoToTheFirstMaximum) {
+  for (const std::int64_t size : {2, 3}) {
+    const std::int64_t W = 2 * size;
+    LayerHarness h(fmt::format("{{type: maxpool2d, size: {}}}", size), {1, size, W}, 1);
+    // Window 0: all equal (first element wins); window 1: the maximum
+    // twice, first in the second row.
+    std::vector<double> x(size_t(size * W), -1.0);
+    for (std::int64_t r = 0; r < size; ++r)
+      for (std::int64_t c = 0; c < size; ++c) x[size_t(r * W + c)] = 5;
+    x[size_t(1 * W + size)] = 9;
+    x[size_t(1 * W + size + 1)] = 9;
+    x[size_t((size - 1) * W + W - 1)] = 9;
+    EXPECT_EQ(h.forward(x), (std::vector<double>{5, 9})) << size;
+    Matrix<double> y("y", 1, 2), dx("dx", 1, size * W);
+    Vector<double> saved("saved", h.layer->saved_size().elements(1));
+    const auto xd = test::to_device(x, 1, size * W);
+    h.layer->forward(h.ctx, xd, y, LayerHarness::view(saved));
+    h.layer->backward(h.ctx, xd, test::to_device<double>({10, 20}, 1, 2), dx, LayerHarness::view(saved));
+    std::vector<double> expected(size_t(size * W), 0.0);
+    expected[0] = 10;
+    expected[size_t(1 * W + size)] = 20;
+    EXPECT_EQ(test::to_host(dx), expected) << size;
+  }
 }
 
 TEST(ConvValues, FlopCounts) {
