@@ -60,6 +60,8 @@ Entry& strided(memory::data_type to, const std::vector<std::int64_t>& dims, cons
 void strided_to_bf16(const ExecSpace& space, const float* src, const std::vector<std::int64_t>& dims,
                      const std::vector<std::int64_t>& src_strides, bf16* dst,
                      const std::vector<std::int64_t>& dst_strides) {
+  for (const std::int64_t d : dims)
+    if (d <= 0) return;  // nothing to convert
   Entry& e = strided(memory::data_type::bf16, dims, src_strides, dst_strides);
   space.fence();
   e.run({{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});

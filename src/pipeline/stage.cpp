@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "gpipe/core/error.hpp"
@@ -147,7 +149,15 @@ Stage<T>::Stage(const ModelSpec& model, std::vector<Layer<T>*> layers, const Par
     if (op.kind == OpKind::Backward || op.kind == OpKind::BackwardInput) last_backward_ = op.micro_batch;
     if (op.kind == OpKind::BackwardWeights) last_weights_ = op.micro_batch;
   }
-  for (auto* layer : layers_) splits_.push_back(layer->splits_backward());
+  for (auto* layer : layers_) {
+    splits_.push_back(layer->splits_backward());
+    // The W ops, grouped W and whole-batch W stacks read x through
+    // layer_input, whose 16-bit slot store_output leaves unwritten for a
+    // layer that does not read its input.
+    if (layer->splits_backward() && !layer->reads_input_in_backward())
+      throw std::logic_error("gpipe::Stage: layer " + std::to_string(layer->index()) + " (" + layer->type() +
+                             ") splits its backward but declares it does not read its input");
+  }
   const CellBufferPlan& plan = train_plan_;
   const auto uninitialized = [](const std::string& name) {
     return Kokkos::view_alloc(Kokkos::WithoutInitializing, name);

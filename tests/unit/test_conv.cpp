@@ -106,8 +106,9 @@ TEST(ConvValues, MaxPool2x2OnHandWrittenImage) {
 }
 
 // Ties go to the first maximum in row-major window order: (0, 0) before
-// (0, 1) before (1, 0) before (1, 1), on the 2 x 2 stride-2 path and the
-// general one (3 x 3 windows, stride 3) alike.
+// (0, 1) before (1, 0) before (1, 1), for 2 x 2 and 3 x 3 windows: the
+// rule a faster max-pool kernel must keep (perf/README.md, "Issue 22:
+// conversions through oneDNN": a branch-free 2 x 2 loop was tried).
 TEST(ConvValues, MaxPoolTiesGoToTheFirstMaximum) {
   for (const std::int64_t size : {2, 3}) {
     const std::int64_t W = 2 * size;

@@ -66,12 +66,10 @@ TEST(LayerSplit, BackwardInputThenWeightsEqualsFusedBitwise) {
   }
 }
 
-// A step's first backward writes the gradients (the weight-gradient GEMM
-// with beta = 0) instead of zeroing them and adding.
 // Layers that declare their backward does not read x
 // (Layer::reads_input_in_backward false) get an x with a null data pointer
-// from the stage, which then skips unpacking that input from 16-bit
-// storage: each such backward on a null x gives the same dx and parameter
+// from the stage, which then neither packs that input into 16-bit storage
+// nor unpacks it: each such backward on a null x gives the same dx and parameter
 // gradients, bitwise, as on the real x. The list holds every such layer
 // type: a new one must be added here (the last loop).
 TEST(LayerInputs, BackwardWithoutInputValuesWhereDeclared) {
@@ -106,21 +104,26 @@ TEST(LayerInputs, BackwardWithoutInputValuesWhereDeclared) {
   for (const char* yaml : {"{type: dense, units: 3}", "{type: relu}", "{type: gelu}", "{type: layer_norm}"})
     EXPECT_TRUE(Harness(yaml, {6}).layer->reads_input_in_backward()) << yaml;
   EXPECT_TRUE(Harness("{type: conv2d, filters: 2, kernel: 3}", {1, 4, 4}).layer->reads_input_in_backward());
+  // Every other layer type must read x: built with its keys' defaults on a
+  // flat, an image and a token input, wherever it accepts one.
+  int built = 0;
   for (const auto& type : layer_types())
-    if (!declared.count(type)) {
-      // Layer types not in the list above must read x (checked where the
-      // type builds on a flat input of 12 features; others are image or
-      // token layers whose own tests cover them).
-      std::unique_ptr<Layer<double>> l;
-      try {
-        l = make_layer<double>(layer_shape(parse_layer("{type: " + type + "}"), Shape{12}));
-      } catch (const std::exception&) {
-        continue;
+    if (!declared.count(type))
+      for (const Shape& input : {Shape{12}, Shape{2, 6, 6}, Shape{4, 6}}) {
+        std::unique_ptr<Layer<double>> l;
+        try {
+          l = make_layer<double>(layer_shape(parse_layer("{type: " + type + "}"), input));
+        } catch (const std::exception&) {
+          continue;  // required keys, or another input rank
+        }
+        ++built;
+        EXPECT_TRUE(l->reads_input_in_backward()) << type << " declares no read of x: add it to this test's list";
       }
-      EXPECT_TRUE(l->reads_input_in_backward()) << type << " declares no read of x: add it to this test's list";
-    }
+  EXPECT_GE(built, 4);  // relu, gelu, tanh, layer_norm at least
 }
 
+// A step's first backward writes the gradients (the weight-gradient GEMM
+// with beta = 0) instead of zeroing them and adding.
 TEST(LayerWrites, FirstBackwardWritesWhatZeroThenAddGives) {
   {
     Harness h("{type: dense, units: 4}", {5});

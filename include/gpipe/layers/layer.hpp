@@ -123,8 +123,10 @@ class Layer {
   /// (the same bits: rounding a representable value returns it).
   virtual bool preserves_values() const { return false; }
   /// False if backward(), backward_input() and backward_weights() never
-  /// read x's values (max and average pooling, flatten, dropout: they read
-  /// dy and saved state only). The stage then passes an x with x's extents
+  /// read x's values (max and average pooling, global_avgpool, flatten,
+  /// dropout, pos_embed, token_mean: they read dy and saved state only).
+  /// A layer that splits its backward (splits_backward()) must read x: the
+  /// stage throws std::logic_error at construction otherwise. The stage then passes an x with x's extents
   /// and a null data pointer, so under 16-bit activation storage it skips
   /// unpacking that input (one conversion pass over it per micro-batch).
   /// A layer that returns false and reads x dereferences null: the layer
