@@ -26,32 +26,31 @@ Cache& cache() {
 
 memory::desc flat(std::int64_t n, memory::data_type t) { return memory::desc({n}, t, memory::format_tag::a); }
 
-Entry& reorder(int direction, std::int64_t n, memory::data_type from, memory::data_type to) {
-  return cache().get({direction, n}, [&] {
-    Entry e;
-    const dnnl::reorder::primitive_desc pd(engine(), flat(n, from), engine(), flat(n, to), user_scratchpad());
-    e.primitive = dnnl::reorder(pd);
-    e.args = {{DNNL_ARG_FROM, unbound(flat(n, from))}, {DNNL_ARG_TO, unbound(flat(n, to))}};
-    e.use_scratchpad(pd.scratchpad_desc());
-    return e;
-  });
+// One reorder from `from` to `into`, with the seam's scratchpad.
+Entry reorder_entry(const memory::desc& from, const memory::desc& into) {
+  Entry e;
+  const dnnl::reorder::primitive_desc pd(engine(), from, engine(), into, user_scratchpad());
+  e.primitive = dnnl::reorder(pd);
+  e.args = {{DNNL_ARG_FROM, unbound(from)}, {DNNL_ARG_TO, unbound(into)}};
+  e.use_scratchpad(pd.scratchpad_desc());
+  return e;
 }
 
-// Key: (2 + to bf16, rank, dims, source strides, destination strides).
-Entry& strided(memory::data_type to, const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& from_strides,
-               const std::vector<std::int64_t>& to_strides) {
+Entry& reorder(int direction, std::int64_t n, memory::data_type from, memory::data_type to) {
+  return cache().get({direction, n}, [&] { return reorder_entry(flat(n, from), flat(n, to)); });
+}
+
+// fp32 -> bf16 over strided dims. Key: (2, rank, dims, source strides,
+// destination strides); the flat reorders' keys start with 0 or 1.
+Entry& strided_bf16(const std::vector<std::int64_t>& dims, const std::vector<std::int64_t>& from_strides,
+                    const std::vector<std::int64_t>& to_strides) {
   if (dims.empty() || dims.size() > 6 || from_strides.size() != dims.size() || to_strides.size() != dims.size())
-    throw std::invalid_argument("gpipe::kernels::onednn::strided: rank 1-6 with one stride per dimension");
-  std::vector<std::int64_t> key{to == memory::data_type::bf16 ? 3 : 2, std::int64_t(dims.size())};
+    throw std::invalid_argument("gpipe::kernels::onednn::strided_to_bf16: rank 1-6 with one stride per dimension");
+  std::vector<std::int64_t> key{2, std::int64_t(dims.size())};
   for (const auto* v : {&dims, &from_strides, &to_strides}) key.insert(key.end(), v->begin(), v->end());
   return cache().get(key, [&] {
-    const memory::desc from(dims, memory::data_type::f32, from_strides), into(dims, to, to_strides);
-    Entry e;
-    const dnnl::reorder::primitive_desc pd(engine(), from, engine(), into, user_scratchpad());
-    e.primitive = dnnl::reorder(pd);
-    e.args = {{DNNL_ARG_FROM, unbound(from)}, {DNNL_ARG_TO, unbound(into)}};
-    e.use_scratchpad(pd.scratchpad_desc());
-    return e;
+    return reorder_entry(memory::desc(dims, memory::data_type::f32, from_strides),
+                         memory::desc(dims, memory::data_type::bf16, to_strides));
   });
 }
 
@@ -62,11 +61,10 @@ void strided_to_bf16(const ExecSpace& space, const float* src, const std::vector
                      const std::vector<std::int64_t>& dst_strides) {
   for (const std::int64_t d : dims)
     if (d <= 0) return;  // nothing to convert
-  Entry& e = strided(memory::data_type::bf16, dims, src_strides, dst_strides);
+  Entry& e = strided_bf16(dims, src_strides, dst_strides);
   space.fence();
   e.run({{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
 }
-
 
 void to_bf16(const ExecSpace& space, const float* src, std::int64_t n, bf16* dst) {
   if (n <= 0) return;

@@ -550,9 +550,10 @@ void Stage<T>::backward(int m, bool split) {
       } else if (batch_w_[size_t(l)]) {  // B now, W over the whole batch in the BatchWeights op
         const auto rows = std::make_pair(offset, offset + n);
         if (l + 1 == count) Kokkos::deep_copy(options_.space, Kokkos::subview(batch_dy_[size_t(l)], rows, Kokkos::ALL), dy);
+        const ConstMatrix<T> x = layer_input(m, l);  // unpacked once (16-bit storage) for both uses
         if (options_.remat != Remat::Never && batch_x_[size_t(l)].extent(0) > 0)  // recomputed: gone before W
-          Kokkos::deep_copy(options_.space, Kokkos::subview(batch_x_[size_t(l)], rows, Kokkos::ALL), layer_input(m, l));
-        layers_[size_t(l)]->backward_input(ctx, backward_input_values(m, l), dy, dx, layer_saved(m, l));
+          Kokkos::deep_copy(options_.space, Kokkos::subview(batch_x_[size_t(l)], rows, Kokkos::ALL), x);
+        layers_[size_t(l)]->backward_input(ctx, x, dy, dx, layer_saved(m, l));
       } else {
         layers_[size_t(l)]->backward(state_.gradient_context(ctx, local), backward_input_values(m, l), dy, dx,
                                      layer_saved(m, l));

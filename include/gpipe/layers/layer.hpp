@@ -125,13 +125,14 @@ class Layer {
   /// False if backward(), backward_input() and backward_weights() never
   /// read x's values (max and average pooling, global_avgpool, flatten,
   /// dropout, pos_embed, token_mean: they read dy and saved state only).
-  /// A layer that splits its backward (splits_backward()) must read x: the
-  /// stage throws std::logic_error at construction otherwise. The stage then passes an x with x's extents
-  /// and a null data pointer, so under 16-bit activation storage it skips
-  /// unpacking that input (one conversion pass over it per micro-batch).
-  /// A layer that returns false and reads x dereferences null: the layer
-  /// tests run each such backward on a null x
-  /// (Layers.BackwardWithoutInputValuesWhereDeclared).
+  /// The stage then passes an x with x's extents and a null data pointer,
+  /// and under 16-bit activation storage neither packs that input after the
+  /// forward (it is still rounded) nor unpacks it for the backward. A layer
+  /// that returns false and reads x dereferences null: the layer tests run
+  /// each such backward on a null x
+  /// (LayerInputs.BackwardWithoutInputValuesWhereDeclared). A layer that
+  /// splits its backward (splits_backward()) must read x: the stage throws
+  /// std::logic_error at construction otherwise.
   virtual bool reads_input_in_backward() const { return true; }
   /// True if the layer honours PassContext::accumulate_gradients == false
   /// (writes its parameter gradients instead of adding them). The cell
